@@ -1,0 +1,174 @@
+import { isIP } from 'node:net';
+import type { CoreContext } from '../core/context.js';
+import { forbidden, notFound, unauthorized } from '../core/errors.js';
+import { findWorkspace } from '../core/workspaces.js';
+import type { Action, Grant, Principal, Role } from '../policy/principal.js';
+import { isLevel, type Level } from '../policy/sensitivity.js';
+import { hashSecret, safeEqual } from './secrets.js';
+
+/** The parts of a request that identify the caller; faces fill it from their transport. */
+export interface Credentials {
+  authorization: string | undefined;
+  sessionToken: string | undefined;
+  csrfHeader: string | undefined;
+  csrfCookie: string | undefined;
+  /** POST, PUT, PATCH, DELETE: a session needs the CSRF token on these. */
+  unsafe: boolean;
+  ip: string;
+  /** Workspace asked for by header or query (id or slug). */
+  workspace: string | undefined;
+}
+
+function toLevel(v: string | null): Level | null {
+  return isLevel(v) ? v : null;
+}
+
+/** Loads an agent's grants in their stored order. */
+export async function loadGrants(ctx: CoreContext, principalId: string): Promise<Grant[]> {
+  const rows = await ctx.store.db
+    .selectFrom('grants')
+    .select(['action', 'scope', 'ceiling'])
+    .where('principal_id', '=', principalId)
+    .orderBy('position')
+    .execute();
+  return rows.map((r) => ({ action: r.action as Action, scope: r.scope, ceiling: toLevel(r.ceiling) ?? 'public' }));
+}
+
+function sameIp(a: string, b: string): boolean {
+  const strip = (x: string) => (x.startsWith('::ffff:') && isIP(x.slice(7)) === 4 ? x.slice(7) : x);
+  return strip(a) === strip(b);
+}
+
+async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): Promise<Principal> {
+  const db = ctx.store.db;
+  const key = await db
+    .selectFrom('agent_keys')
+    .innerJoin('principals', 'principals.id', 'agent_keys.principal_id')
+    .innerJoin('workspaces', 'workspaces.id', 'agent_keys.workspace_id')
+    .select([
+      'agent_keys.id as keyId',
+      'agent_keys.ceiling as keyCeiling',
+      'agent_keys.ip_pin',
+      'agent_keys.expires_at',
+      'agent_keys.revoked_at',
+      'agent_keys.epoch',
+      'principals.id as principalId',
+      'principals.name',
+      'principals.ceiling as agentCeiling',
+      'principals.created_by',
+      'principals.deleted_at',
+      'workspaces.id as workspaceId',
+      'workspaces.slug',
+      'workspaces.token_epoch',
+    ])
+    .where('agent_keys.token_hash', '=', hashSecret(secret))
+    .executeTakeFirst();
+  // One message for every dead key: the caller learns nothing about which check failed.
+  const dead = unauthorized('The agent key is invalid, expired or revoked', 'invalid_token');
+  if (!key || key.revoked_at || key.deleted_at || key.epoch !== key.token_epoch) throw dead;
+  if (key.expires_at && Date.parse(key.expires_at) <= Date.now()) throw dead;
+  if (key.ip_pin && !sameIp(key.ip_pin, c.ip)) throw unauthorized('This key is pinned to another IP address', 'invalid_token');
+  if (c.workspace && c.workspace !== key.workspaceId && c.workspace !== key.slug) {
+    throw notFound(`Workspace ${c.workspace} not found`, 'workspace_not_found');
+  }
+  return {
+    id: key.principalId,
+    kind: 'agent',
+    name: key.name,
+    workspaceId: key.workspaceId,
+    workspaceSlug: key.slug,
+    role: null,
+    grants: await loadGrants(ctx, key.principalId),
+    agentCeiling: toLevel(key.agentCeiling),
+    keyCeiling: toLevel(key.keyCeiling),
+    via: 'key',
+    sessionId: null,
+    keyId: key.keyId,
+    stepUpAt: null,
+    elevatedUntil: null,
+    createdBy: key.created_by,
+  };
+}
+
+async function fromSession(ctx: CoreContext, token: string, c: Credentials): Promise<Principal> {
+  const db = ctx.store.db;
+  const s = await db
+    .selectFrom('sessions')
+    .innerJoin('principals', 'principals.id', 'sessions.principal_id')
+    .select([
+      'sessions.id',
+      'sessions.principal_id',
+      'sessions.workspace_id',
+      'sessions.csrf_token',
+      'sessions.expires_at',
+      'sessions.revoked_at',
+      'sessions.stepup_at',
+      'principals.name',
+      'principals.deleted_at',
+    ])
+    .where('sessions.token_hash', '=', hashSecret(token))
+    .executeTakeFirst();
+  if (!s || s.revoked_at || s.deleted_at || Date.parse(s.expires_at) <= Date.now()) {
+    throw unauthorized('The session has ended; sign in again', 'session_expired');
+  }
+  if (c.unsafe) {
+    // Double submit, bound to the session: header == cookie == the session's own token.
+    const h = c.csrfHeader ?? '';
+    if (!h || !safeEqual(h, s.csrf_token) || (c.csrfCookie !== undefined && !safeEqual(c.csrfCookie, h))) {
+      throw forbidden('Missing or wrong X-CSRF-Token header (echo the svc_csrf cookie)', 'csrf_failed');
+    }
+  }
+  let workspaceId = s.workspace_id;
+  if (c.workspace) {
+    const ws = await findWorkspace(db, c.workspace);
+    if (!ws) throw notFound(`Workspace ${c.workspace} not found`, 'workspace_not_found');
+    workspaceId = ws.id;
+  }
+  const member = await db
+    .selectFrom('members')
+    .innerJoin('workspaces', 'workspaces.id', 'members.workspace_id')
+    .select(['members.role', 'workspaces.slug'])
+    .where('members.workspace_id', '=', workspaceId)
+    .where('members.principal_id', '=', s.principal_id)
+    .executeTakeFirst();
+  // Not a member: the workspace does not exist for this caller.
+  if (!member) throw notFound(`Workspace ${c.workspace ?? workspaceId} not found`, 'workspace_not_found');
+  return {
+    id: s.principal_id,
+    kind: 'human',
+    name: s.name,
+    workspaceId,
+    workspaceSlug: member.slug,
+    role: member.role as Role,
+    grants: [],
+    agentCeiling: null,
+    keyCeiling: null,
+    via: 'session',
+    sessionId: s.id,
+    keyId: null,
+    stepUpAt: s.stepup_at,
+    elevatedUntil: null,
+    createdBy: null,
+  };
+}
+
+/**
+ * Turns request credentials into a principal for /api/v1, or throws 401. OAuth (`oa_`)
+ * and git (`gt_`) tokens are refused here: they belong to /mcp and /git.
+ */
+export async function authenticate(ctx: CoreContext, c: Credentials): Promise<Principal> {
+  const auth = c.authorization?.trim();
+  if (auth) {
+    const [scheme, value = ''] = auth.split(/\s+/, 2);
+    if (scheme?.toLowerCase() === 'bearer') {
+      if (value.startsWith('ak_')) return fromAgentKey(ctx, value, c);
+      if (value.startsWith('oa_')) throw unauthorized('OAuth access tokens are accepted only on /mcp', 'invalid_token');
+      if (value.startsWith('gt_')) throw unauthorized('Git tokens are accepted only on /git', 'invalid_token');
+      throw unauthorized('Unrecognised bearer token', 'invalid_token');
+    }
+    if (scheme?.toLowerCase() === 'basic') throw unauthorized('Basic credentials are accepted only on /git', 'invalid_token');
+    throw unauthorized('Unsupported Authorization scheme; use Bearer ak_…', 'invalid_token');
+  }
+  if (c.sessionToken) return fromSession(ctx, c.sessionToken, c);
+  throw unauthorized('Sign in, or send an agent key as Authorization: Bearer ak_…', 'unauthorized');
+}

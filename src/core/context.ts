@@ -1,0 +1,8 @@
+import type { Config } from '../config.js';
+import type { Store } from '../store/db.js';
+
+/** What every core function needs: the store and the configuration. Faces build it once. */
+export interface CoreContext {
+  store: Store;
+  config: Config;
+}

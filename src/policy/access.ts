@@ -1,0 +1,80 @@
+import type { Action, Grant, Principal, Role } from './principal.js';
+import { atOrBelow, minLevel, rank, type Level } from './sensitivity.js';
+
+/** The highest level each role may see (DESIGN.md §4). */
+export const ROLE_CEILING: Record<Role, Level> = { owner: 'secret', editor: 'confidential', viewer: 'internal' };
+
+/** What each role may do. Agents get rights only through grants, never beyond their creator's role. */
+export const ROLE_ACTIONS: Record<Role, readonly Action[]> = {
+  owner: ['read', 'write', 'admin', 'search', 'propose', 'collab'],
+  editor: ['read', 'write', 'search', 'propose', 'collab'],
+  viewer: ['read', 'search', 'propose', 'collab'],
+};
+
+/** Without an elevation an agent never reaches secret, whatever its grants say. */
+export const AGENT_CAP: Level = 'confidential';
+
+/** True when a grant scope (`*`, `space`, `space/folder`) covers a path (`space/folder/page.md`) or scope. */
+export function scopeCovers(scope: string, target: string): boolean {
+  if (scope === '*') return true;
+  return target === scope || target.startsWith(`${scope}/`);
+}
+
+function isElevated(p: Principal, now: Date): boolean {
+  return p.elevatedUntil !== null && Date.parse(p.elevatedUntil) > now.getTime();
+}
+
+/**
+ * The caller's effective ceiling for an action on a target (a page path, a folder, a
+ * space, or `*` for workspace-wide), or null when the action is not allowed there at all.
+ * = min(role or agent ceiling, best matching grant, key ceiling), agents capped below
+ * secret unless elevated.
+ */
+export function ceilingFor(p: Principal, action: Action, target: string, now = new Date()): Level | null {
+  if (p.kind === 'human') {
+    if (!p.role || !ROLE_ACTIONS[p.role].includes(action)) return null;
+    return minLevel(ROLE_CEILING[p.role], p.keyCeiling);
+  }
+  let best: Level | null = null;
+  for (const g of p.grants) {
+    if (g.action !== action || !scopeCovers(g.scope, target)) continue;
+    if (best === null || rank(g.ceiling) > rank(best)) best = g.ceiling;
+  }
+  if (best === null) return null;
+  const cap = isElevated(p, now) ? 'secret' : AGENT_CAP;
+  return minLevel(best, p.agentCeiling, p.keyCeiling, cap);
+}
+
+/** True when the caller may perform the action somewhere inside the target (used for listings). */
+export function hasActionWithin(p: Principal, action: Action, target: string): boolean {
+  if (p.kind === 'human') return ceilingFor(p, action, target) !== null;
+  return p.grants.some((g) => g.action === action && (scopeCovers(g.scope, target) || scopeCovers(target, g.scope)));
+}
+
+/** Renders a level predicate for redaction: is this block level visible under the ceiling? */
+export function visibleUnder(ceiling: Level): (level: Level) => boolean {
+  return (level) => atOrBelow(level, ceiling);
+}
+
+/** The grants a human with this role may hand to an agent. */
+export function canGrant(role: Role, grant: Grant): boolean {
+  return ROLE_ACTIONS[role].includes(grant.action) && atOrBelow(grant.ceiling, ROLE_CEILING[role]);
+}
+
+/** Who may manage (grants, keys, delete) an agent: its creator, or a workspace owner. */
+export function canManageAgent(p: Principal, agent: { createdBy: string | null; workspaceId: string }): boolean {
+  if (p.kind !== 'human' || agent.workspaceId !== p.workspaceId) return false;
+  return p.role === 'owner' || agent.createdBy === p.id;
+}
+
+/** Agents see other principals with id, name and kind only. */
+export function seesPrincipalDetails(p: Principal): boolean {
+  return p.kind === 'human';
+}
+
+/** Creating a Space is an admin act over the whole workspace. */
+export function canCreateSpace(p: Principal): boolean {
+  return ceilingFor(p, 'admin', '*') !== null;
+}
+
+export type { Grant };

@@ -1,0 +1,65 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import Database from 'better-sqlite3';
+import { Kysely, PostgresDialect, SqliteDialect, sql, type Transaction } from 'kysely';
+import pg from 'pg';
+import type { DB } from './schema.js';
+import { migrate } from './migrate.js';
+
+export type Dialect = 'sqlite' | 'postgres';
+
+export interface Store {
+  db: Kysely<DB>;
+  dialect: Dialect;
+  close(): Promise<void>;
+}
+
+/** Either the root connection or an open transaction: core functions accept both. */
+export type Executor = Kysely<DB> | Transaction<DB>;
+
+export interface StoreOptions {
+  dataDir: string;
+  databaseUrl?: string | undefined;
+}
+
+// PostgreSQL returns BIGINT/NUMERIC as strings by default; COUNT(*) is bigint.
+pg.types.setTypeParser(20, (v: string) => Number.parseInt(v, 10));
+
+/** Opens the store (SQLite file under dataDir, or PostgreSQL when databaseUrl is set) and migrates it. */
+export async function openStore(opts: StoreOptions): Promise<Store> {
+  let db: Kysely<DB>;
+  let dialect: Dialect;
+  if (opts.databaseUrl) {
+    dialect = 'postgres';
+    const pool = new pg.Pool({ connectionString: opts.databaseUrl, max: 10 });
+    // An idle client's error (server restart) must not crash the process.
+    pool.on('error', () => {});
+    db = new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
+  } else {
+    dialect = 'sqlite';
+    fs.mkdirSync(opts.dataDir, { recursive: true });
+    const file = new Database(path.join(opts.dataDir, 'context-vault.sqlite'));
+    // WAL for concurrent readers; FULL so an acknowledged commit survives power loss.
+    file.pragma('journal_mode = WAL');
+    file.pragma('synchronous = FULL');
+    file.pragma('foreign_keys = ON');
+    file.pragma('busy_timeout = 5000');
+    db = new Kysely<DB>({ dialect: new SqliteDialect({ database: file }) });
+  }
+  await migrate(db, dialect);
+  return {
+    db,
+    dialect,
+    close: () => db.destroy(),
+  };
+}
+
+/** True when the database answers a trivial query. */
+export async function pingStore(store: Store): Promise<boolean> {
+  try {
+    await sql`select 1`.execute(store.db);
+    return true;
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,31 @@
+import { sql, type Kysely } from 'kysely';
+import type { Dialect } from './db.js';
+import * as m001 from './migrations/001_initial.js';
+
+interface Migration {
+  name: string;
+  up(db: Kysely<unknown>, dialect: Dialect): Promise<void>;
+}
+
+/** Ordered list; append only. Each runs in its own transaction and is recorded once. */
+const MIGRATIONS: Migration[] = [{ name: '001_initial', up: m001.up }];
+
+export async function migrate(db: Kysely<never>, dialect: Dialect): Promise<string[]> {
+  const k = db as unknown as Kysely<unknown>;
+  await sql`create table if not exists schema_migrations (name text primary key, applied_at text not null)`.execute(k);
+  const applied: string[] = [];
+  for (const m of MIGRATIONS) {
+    await k.transaction().execute(async (trx) => {
+      if (dialect === 'postgres') {
+        // Two nodes starting at once: one migrates, the other waits and then sees it done.
+        await sql`select pg_advisory_xact_lock(7714201)`.execute(trx);
+      }
+      const done = await sql<{ name: string }>`select name from schema_migrations where name = ${m.name}`.execute(trx);
+      if (done.rows.length > 0) return;
+      await m.up(trx, dialect);
+      await sql`insert into schema_migrations (name, applied_at) values (${m.name}, ${new Date().toISOString()})`.execute(trx);
+      applied.push(m.name);
+    });
+  }
+  return applied;
+}

@@ -1,0 +1,188 @@
+/**
+ * Table types shared by both engines. Timestamps are ISO-8601 UTC strings
+ * (`Date#toISOString()`), which sort correctly as text on SQLite and PostgreSQL;
+ * booleans are 0/1 integers; JSON is stored as text.
+ */
+export interface WorkspacesTable {
+  id: string;
+  slug: string;
+  name: string;
+  token_epoch: number;
+  created_at: string;
+}
+
+export interface PrincipalsTable {
+  id: string;
+  kind: 'human' | 'agent';
+  name: string;
+  email: string | null;
+  password_hash: string | null;
+  /** Agents live in exactly one workspace; humans join workspaces through `members`. */
+  workspace_id: string | null;
+  created_by: string | null;
+  /** Agents only: the agent's own ceiling. */
+  ceiling: string | null;
+  created_at: string;
+  deleted_at: string | null;
+}
+
+export interface MembersTable {
+  workspace_id: string;
+  principal_id: string;
+  role: 'owner' | 'editor' | 'viewer';
+  created_at: string;
+}
+
+export interface SessionsTable {
+  id: string;
+  token_hash: string;
+  principal_id: string;
+  workspace_id: string;
+  csrf_token: string;
+  created_at: string;
+  last_seen_at: string;
+  expires_at: string;
+  revoked_at: string | null;
+  stepup_at: string | null;
+}
+
+export interface AgentKeysTable {
+  id: string;
+  principal_id: string;
+  workspace_id: string;
+  name: string;
+  token_hash: string;
+  hint: string;
+  ceiling: string | null;
+  ip_pin: string | null;
+  expires_at: string | null;
+  revoked_at: string | null;
+  epoch: number;
+  created_at: string;
+  last_used_at: string | null;
+}
+
+export interface GrantsTable {
+  principal_id: string;
+  position: number;
+  action: string;
+  scope: string;
+  ceiling: string;
+}
+
+export interface SpacesTable {
+  workspace_id: string;
+  id: string;
+  name: string;
+  summary: string;
+  created_at: string;
+}
+
+export interface FoldersTable {
+  workspace_id: string;
+  /** `<space>/<folder>[/<sub>…]` */
+  path: string;
+  space: string;
+  summary: string;
+  auto_archive_days: number | null;
+  half_life_days: number | null;
+  archived: number;
+  created_at: string;
+}
+
+export interface PagesTable {
+  id: string;
+  workspace_id: string;
+  path: string;
+  space: string;
+  cluster_path: string;
+  title: string;
+  content: string;
+  content_hash: string;
+  commit_sha: string;
+  sensitivity: string;
+  /** Highest level of any `::: level` block in the page, or null. */
+  block_level: string | null;
+  state: 'active' | 'archived';
+  frontmatter: string;
+  tags: string;
+  links: string;
+  created_at: string;
+  updated_at: string;
+  last_touched_at: string | null;
+  created_by: string;
+  updated_by: string;
+  deleted_at: string | null;
+}
+
+export interface CommitsTable {
+  workspace_id: string;
+  seq: number;
+  sha: string;
+  parent_sha: string | null;
+  principal_id: string;
+  message: string;
+  created_at: string;
+}
+
+export interface PageVersionsTable {
+  workspace_id: string;
+  page_id: string;
+  commit_seq: number;
+  commit_sha: string;
+  path: string;
+  /** null when this version deletes the page */
+  blob_sha: string | null;
+  action: string;
+  sensitivity: string;
+  block_level: string | null;
+  principal_id: string;
+  message: string;
+  created_at: string;
+}
+
+export interface GitObjectsTable {
+  workspace_id: string;
+  sha: string;
+  type: 'blob' | 'tree' | 'commit';
+  /** zlib-deflated body; for a delta tree, the deflated delta against base_sha */
+  data: Buffer;
+  base_sha: string | null;
+  depth: number;
+}
+
+export interface GitRefsTable {
+  workspace_id: string;
+  name: string;
+  sha: string;
+}
+
+export interface AuditLogTable {
+  workspace_id: string;
+  seq: number;
+  at: string;
+  principal_id: string | null;
+  action: string;
+  node_id: string | null;
+  detail: string;
+  prev_hash: string;
+  hash: string;
+}
+
+
+export interface DB {
+  workspaces: WorkspacesTable;
+  principals: PrincipalsTable;
+  members: MembersTable;
+  sessions: SessionsTable;
+  agent_keys: AgentKeysTable;
+  grants: GrantsTable;
+  spaces: SpacesTable;
+  folders: FoldersTable;
+  pages: PagesTable;
+  commits: CommitsTable;
+  page_versions: PageVersionsTable;
+  git_objects: GitObjectsTable;
+  git_refs: GitRefsTable;
+  audit_log: AuditLogTable;
+}
