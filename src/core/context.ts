@@ -1,8 +1,10 @@
 import type { Config } from '../config.js';
 import type { Store } from '../store/db.js';
+import type { TouchBuffer } from './touches.js';
 
 /** What every core function needs: the store and the configuration. Faces build it once. */
 export interface CoreContext {
   store: Store;
   config: Config;
+  touches: TouchBuffer;
 }

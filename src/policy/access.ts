@@ -78,3 +78,9 @@ export function canCreateSpace(p: Principal): boolean {
 }
 
 export type { Grant };
+
+/** The caller's ceiling before any grant narrows it (what whoami reports). */
+export function baseCeiling(p: Principal, now = new Date()): Level {
+  if (p.kind === 'human') return minLevel(p.role ? ROLE_CEILING[p.role] : 'public', p.keyCeiling);
+  return minLevel(p.agentCeiling ?? 'internal', p.keyCeiling, isElevated(p, now) ? 'secret' : AGENT_CAP);
+}

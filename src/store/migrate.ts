@@ -10,7 +10,7 @@ interface Migration {
 /** Ordered list; append only. Each runs in its own transaction and is recorded once. */
 const MIGRATIONS: Migration[] = [{ name: '001_initial', up: m001.up }];
 
-export async function migrate(db: Kysely<never>, dialect: Dialect): Promise<string[]> {
+export async function migrate<T>(db: Kysely<T>, dialect: Dialect): Promise<string[]> {
   const k = db as unknown as Kysely<unknown>;
   await sql`create table if not exists schema_migrations (name text primary key, applied_at text not null)`.execute(k);
   const applied: string[] = [];

@@ -1,4 +1,4 @@
-import type { Kysely } from 'kysely';
+import { sql, type Kysely } from 'kysely';
 import type { Dialect } from '../db.js';
 
 /** The foundation tables. Columns are portable: text, integer, and a binary type per engine. */
@@ -135,7 +135,7 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
     .on('pages')
     .columns(['workspace_id', 'path'])
     .unique()
-    .where((eb) => eb('deleted_at', 'is', null))
+    .where(sql<boolean>`deleted_at is null`)
     .execute();
   await db.schema.createIndex('pages_cluster').on('pages').columns(['workspace_id', 'cluster_path']).execute();
 

@@ -1,0 +1,65 @@
+import fastifyCookie from '@fastify/cookie';
+import fastifySwagger from '@fastify/swagger';
+import Fastify, { type FastifyInstance } from 'fastify';
+import { jsonSchemaTransform, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
+import type { CoreContext } from './core/context.js';
+import { notFound } from './core/errors.js';
+import { registerAuth } from './http/auth.js';
+import { sendError, toServiceError } from './http/errors.js';
+import { authRoutes } from './http/routes/auth.js';
+import { healthRoutes } from './http/routes/health.js';
+import { meRoutes } from './http/routes/me.js';
+import { nodeRoutes } from './http/routes/nodes.js';
+import { principalRoutes } from './http/routes/principals.js';
+import { spaceRoutes } from './http/routes/spaces.js';
+import { VERSION } from './version.js';
+
+/** Request bodies above this are refused before parsing; page content has its own 1 MiB limit. */
+export const BODY_LIMIT = 3 * 1024 * 1024;
+
+export interface AppOptions {
+  logger?: boolean | { level: string };
+}
+
+/** Builds the HTTP application from its faces; app.ts only wires. */
+export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise<FastifyInstance> {
+  const app = Fastify({
+    logger: opts.logger ?? { level: ctx.config.logLevel },
+    bodyLimit: BODY_LIMIT,
+    // Page paths travel URL-encoded in :id; keep params decoded but refuse nothing valid.
+    routerOptions: { maxParamLength: 1000 },
+  });
+  app.setValidatorCompiler(validatorCompiler);
+  app.setSerializerCompiler(serializerCompiler);
+
+  app.setErrorHandler((err, req, reply) => sendError(reply, toServiceError(err, req)));
+  app.setNotFoundHandler((req, reply) => sendError(reply, notFound(`No route ${req.method} ${req.url.split('?')[0]}`)));
+
+  await app.register(fastifyCookie);
+  await app.register(fastifySwagger, {
+    openapi: {
+      openapi: '3.1.0',
+      info: { title: 'Context Vault', version: VERSION, description: 'Versioned markdown pages shared by humans and agents.' },
+      servers: [{ url: ctx.config.publicUrl }],
+      components: {
+        securitySchemes: {
+          agentKey: { type: 'http', scheme: 'bearer', description: 'Agent key ak_…' },
+          session: { type: 'apiKey', in: 'cookie', name: 'svc_session', description: 'Web session; unsafe methods also need X-CSRF-Token' },
+        },
+      },
+      security: [{ agentKey: [] }, { session: [] }],
+    },
+    transform: jsonSchemaTransform,
+  });
+  registerAuth(app, ctx);
+
+  await healthRoutes(app, ctx);
+  await authRoutes(app, ctx);
+  await meRoutes(app, ctx);
+  await principalRoutes(app, ctx);
+  await spaceRoutes(app, ctx);
+  await nodeRoutes(app, ctx);
+
+  app.get('/api/v1/openapi.json', { config: { auth: 'public' }, schema: { hide: true } }, async () => app.swagger());
+  return app;
+}

@@ -1,0 +1,63 @@
+import type { Principal } from '../../policy/principal.js';
+import type { Executor } from '../../store/db.js';
+import { ObjectStore } from '../../store/git-objects.js';
+import { applyChanges } from '../../store/git-trees.js';
+
+export const MAIN_REF = 'refs/heads/main';
+
+export interface FileChange {
+  path: string;
+  /** New raw content, or null to remove the file. */
+  content: string | null;
+}
+
+export interface CommitResult {
+  sha: string;
+  seq: number;
+  /** Blob sha per changed path (absent for removals). */
+  blobs: Map<string, string>;
+}
+
+/**
+ * Writes one git commit on the workspace's main line: blobs, the trees on their paths,
+ * the commit, then moves the ref by compare-and-swap. Call inside the mutation's
+ * transaction; nothing is visible until it commits.
+ */
+export async function commitFiles(
+  trx: Executor,
+  workspaceId: string,
+  author: Pick<Principal, 'id' | 'name'>,
+  changes: FileChange[],
+  message: string,
+  at: Date,
+): Promise<CommitResult> {
+  const objects = new ObjectStore(trx, workspaceId);
+  const head = await objects.getRef(MAIN_REF);
+  const rootTree = head ? (await objects.getCommit(head))?.tree ?? null : null;
+  const blobs = new Map<string, string>();
+  for (const c of changes) {
+    if (c.content !== null) blobs.set(c.path, await objects.putBlob(c.content));
+  }
+  const tree = await applyChanges(
+    objects,
+    rootTree,
+    changes.map((c) => ({ path: c.path, blobSha: c.content === null ? null : blobs.get(c.path)! })),
+  );
+  // Ids, not emails, in git authorship: a clone must not hand out addresses.
+  const person = { name: author.name || author.id, email: `${author.id}@context-vault`, timestamp: Math.floor(at.getTime() / 1000), tzOffset: '+0000' };
+  const sha = await objects.putCommit({ tree, parents: head ? [head] : [], author: person, committer: person, message });
+  await objects.casRef(MAIN_REF, head, sha);
+  const last = await trx
+    .selectFrom('commits')
+    .select('seq')
+    .where('workspace_id', '=', workspaceId)
+    .orderBy('seq', 'desc')
+    .limit(1)
+    .executeTakeFirst();
+  const seq = (last?.seq ?? 0) + 1;
+  await trx
+    .insertInto('commits')
+    .values({ workspace_id: workspaceId, seq, sha, parent_sha: head, principal_id: author.id, message, created_at: at.toISOString() })
+    .execute();
+  return { sha, seq, blobs };
+}

@@ -1,0 +1,60 @@
+import {
+  extractLinks,
+  extractTags,
+  extractTitle,
+  maxBlockLevel,
+  parseDocument,
+} from '../../markdown/index.js';
+import { DEFAULT_LEVEL, isLevel, LEVELS, type Level } from '../../policy/sensitivity.js';
+import { badRequest, tooLarge } from '../errors.js';
+
+/** Maximum size of one page's raw markdown (docs/api.md). */
+export const MAX_PAGE_BYTES = 1024 * 1024;
+
+export const ARCHIVE_REASONS = ['closed', 'stale', 'superseded', 'manual'] as const;
+export type ArchiveReason = (typeof ARCHIVE_REASONS)[number];
+
+/** Everything the service derives from a page's raw markdown. */
+export interface PageContent {
+  raw: string;
+  frontmatter: Record<string, unknown>;
+  body: string;
+  title: string;
+  tags: string[];
+  links: { target: string; kind: 'wiki' | 'markdown'; text: string }[];
+  sensitivity: Level;
+  blockLevel: Level | null;
+  state: 'active' | 'archived';
+}
+
+/** Parses and validates raw page content; `fallbackTitle` is used when it names none. */
+export function analyzeContent(raw: string, fallbackTitle: string): PageContent {
+  if (raw.trim().length === 0) throw badRequest('Page content is empty', 'empty_content');
+  if (Buffer.byteLength(raw, 'utf8') > MAX_PAGE_BYTES) {
+    throw tooLarge(`Page content is larger than ${MAX_PAGE_BYTES} bytes`);
+  }
+  if (raw.includes('\u0000')) throw badRequest('Page content contains a NUL character', 'invalid_content');
+  const { frontmatter, body } = parseDocument(raw);
+  const sens = frontmatter.sensitivity ?? DEFAULT_LEVEL;
+  if (!isLevel(sens)) {
+    throw badRequest(`frontmatter sensitivity must be one of ${LEVELS.join(', ')}`, 'invalid_sensitivity');
+  }
+  const state = frontmatter.state ?? 'active';
+  if (state !== 'active' && state !== 'archived') {
+    throw badRequest('frontmatter state must be active or archived', 'invalid_frontmatter');
+  }
+  if (state === 'archived' && frontmatter.archived_reason !== undefined && !ARCHIVE_REASONS.includes(frontmatter.archived_reason as ArchiveReason)) {
+    throw badRequest(`archived_reason must be one of ${ARCHIVE_REASONS.join(', ')}`, 'invalid_frontmatter');
+  }
+  return {
+    raw,
+    frontmatter,
+    body,
+    title: extractTitle(frontmatter, body, fallbackTitle),
+    tags: extractTags(frontmatter),
+    links: extractLinks(body),
+    sensitivity: sens,
+    blockLevel: maxBlockLevel(body),
+    state,
+  };
+}

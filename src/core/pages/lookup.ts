@@ -1,0 +1,35 @@
+import { canReadPage } from '../../policy/pages.js';
+import type { Principal } from '../../policy/principal.js';
+import type { Executor } from '../../store/db.js';
+import type { PagesTable } from '../../store/schema.js';
+import { notFound } from '../errors.js';
+
+/** Page ids look like `pg_…`; anything else is taken as a path. */
+export function isPageId(ref: string): boolean {
+  return /^pg_[0-9a-z]{26}$/.test(ref);
+}
+
+/**
+ * Loads a page the caller may read, by id or path, in the caller's workspace. A page in
+ * another workspace, above the caller's ceiling, or (unless asked) deleted is 404: the
+ * caller cannot tell those apart.
+ */
+export async function findReadablePage(
+  db: Executor,
+  p: Principal,
+  ref: string,
+  opts: { includeDeleted?: boolean } = {},
+): Promise<PagesTable> {
+  let q = db.selectFrom('pages').selectAll().where('workspace_id', '=', p.workspaceId);
+  if (isPageId(ref)) {
+    q = q.where('id', '=', ref);
+    if (!opts.includeDeleted) q = q.where('deleted_at', 'is', null);
+  } else {
+    q = q.where('path', '=', ref.replace(/^\/+/, '')).where('deleted_at', 'is', null);
+  }
+  const row = await q.executeTakeFirst();
+  if (!row || !canReadPage(p, { path: row.path, sensitivity: row.sensitivity, blockLevel: row.block_level })) {
+    throw notFound(`Page ${ref} not found`);
+  }
+  return row;
+}

@@ -1,0 +1,178 @@
+import { createTwoFilesPatch } from 'diff';
+import { canDiff, canReadPage } from '../../policy/pages.js';
+import type { Principal } from '../../policy/principal.js';
+import { ObjectStore } from '../../store/git-objects.js';
+import type { Executor } from '../../store/db.js';
+import type { PageVersionsTable } from '../../store/schema.js';
+import type { CoreContext } from '../context.js';
+import { badRequest, forbidden, notFound } from '../errors.js';
+import { findReadablePage } from './lookup.js';
+import { presentPage, type PageRecord } from './record.js';
+
+/** Resolves a commit sha (full, or a unique prefix of at least 7) in the workspace to its seq. */
+async function resolveCommit(db: Executor, workspaceId: string, sha: string): Promise<{ sha: string; seq: number }> {
+  const s = sha.toLowerCase();
+  if (!/^[0-9a-f]{7,40}$/.test(s)) throw badRequest('A commit sha is 7 to 40 hexadecimal characters', 'invalid_sha');
+  const rows = await db
+    .selectFrom('commits')
+    .select(['sha', 'seq'])
+    .where('workspace_id', '=', workspaceId)
+    .where(s.length === 40 ? (eb) => eb('sha', '=', s) : (eb) => eb('sha', 'like', `${s}%`))
+    .limit(2)
+    .execute();
+  if (rows.length === 0) throw notFound(`Commit ${sha} not found`, 'commit_not_found');
+  if (rows.length > 1) throw badRequest(`Commit prefix ${sha} is ambiguous`, 'invalid_sha');
+  return rows[0]!;
+}
+
+/** The version of a page in force at a commit, or null if the page did not exist then. */
+async function versionAt(db: Executor, workspaceId: string, pageId: string, seq: number): Promise<PageVersionsTable | null> {
+  const v = await db
+    .selectFrom('page_versions')
+    .selectAll()
+    .where('workspace_id', '=', workspaceId)
+    .where('page_id', '=', pageId)
+    .where('commit_seq', '<=', seq)
+    .orderBy('commit_seq', 'desc')
+    .limit(1)
+    .executeTakeFirst();
+  return v ?? null;
+}
+
+/** A version is judged by its own level as well as today's (DESIGN.md §4). */
+function versionVisible(p: Principal, v: PageVersionsTable): boolean {
+  return canReadPage(p, { path: v.path, sensitivity: v.sensitivity, blockLevel: v.block_level });
+}
+
+async function versionContent(db: Executor, workspaceId: string, v: PageVersionsTable): Promise<string> {
+  if (!v.blob_sha) throw notFound('The page was deleted at that commit');
+  const blob = await new ObjectStore(db, workspaceId).getBlob(v.blob_sha);
+  if (!blob) throw notFound('That version is missing from the object store', 'object_missing');
+  return blob.toString('utf8');
+}
+
+export interface ReadOptions {
+  at?: string | undefined;
+  section?: string | undefined;
+}
+
+/** Reads a page redacted to the caller's ceiling, now or at a commit; counts as a read. */
+export async function readPage(ctx: CoreContext, p: Principal, ref: string, opts: ReadOptions = {}): Promise<PageRecord> {
+  const db = ctx.store.db;
+  const now = new Date().toISOString();
+  if (!opts.at) {
+    const row = await findReadablePage(db, p, ref);
+    ctx.touches.touch(row.id, now);
+    return presentPage(p, { ...row, last_touched_at: now }, { section: opts.section });
+  }
+  const row = await findReadablePage(db, p, ref, { includeDeleted: true });
+  const commit = await resolveCommit(db, p.workspaceId, opts.at);
+  const v = await versionAt(db, p.workspaceId, row.id, commit.seq);
+  if (!v || !v.blob_sha || !versionVisible(p, v)) throw notFound(`Page ${ref} did not exist at ${opts.at}`);
+  const content = await versionContent(db, p.workspaceId, v);
+  const first = await db
+    .selectFrom('page_versions')
+    .select('created_at')
+    .where('workspace_id', '=', p.workspaceId)
+    .where('page_id', '=', row.id)
+    .orderBy('commit_seq')
+    .limit(1)
+    .executeTakeFirstOrThrow();
+  ctx.touches.touch(row.id, now);
+  const path = v.path;
+  return presentPage(
+    p,
+    {
+      id: row.id,
+      path,
+      space: path.split('/')[0]!,
+      cluster_path: path.split('/').slice(0, -1).join('/'),
+      content,
+      content_hash: v.blob_sha,
+      commit_sha: v.commit_sha,
+      sensitivity: v.sensitivity,
+      block_level: v.block_level,
+      created_at: first.created_at,
+      updated_at: v.created_at,
+      last_touched_at: now,
+      created_by: row.created_by,
+      updated_by: v.principal_id,
+    },
+    { section: opts.section },
+  );
+}
+
+export interface HistoryEntry {
+  commit_sha: string;
+  action: string;
+  path: string;
+  content_hash: string | null;
+  message: string;
+  principal_id: string;
+  created_at: string;
+}
+
+/** Versions of a page, newest first; versions above the caller's ceiling are left out. */
+export async function pageHistory(
+  ctx: CoreContext,
+  p: Principal,
+  ref: string,
+  opts: { limit: number; before?: string | undefined },
+): Promise<{ id: string; versions: HistoryEntry[]; next_before: string | null }> {
+  const db = ctx.store.db;
+  const row = await findReadablePage(db, p, ref, { includeDeleted: true });
+  let q = db
+    .selectFrom('page_versions')
+    .selectAll()
+    .where('workspace_id', '=', p.workspaceId)
+    .where('page_id', '=', row.id);
+  if (opts.before) q = q.where('commit_seq', '<', (await resolveCommit(db, p.workspaceId, opts.before)).seq);
+  const rows = await q.orderBy('commit_seq', 'desc').limit(opts.limit + 1).execute();
+  const page = rows.slice(0, opts.limit);
+  return {
+    id: row.id,
+    versions: page.filter((v) => versionVisible(p, v)).map((v) => ({
+      commit_sha: v.commit_sha,
+      action: v.action,
+      path: v.path,
+      content_hash: v.blob_sha,
+      message: v.message,
+      principal_id: v.principal_id,
+      created_at: v.created_at,
+    })),
+    next_before: rows.length > opts.limit ? page[page.length - 1]!.commit_sha : null,
+  };
+}
+
+/** A unified diff between two versions of a page (raw content: secret-level read only). */
+export async function pageDiff(
+  ctx: CoreContext,
+  p: Principal,
+  ref: string,
+  opts: { from?: string | undefined; to?: string | undefined },
+): Promise<{ id: string; from: string | null; to: string; diff: string; from_content: string; to_content: string }> {
+  const db = ctx.store.db;
+  const row = await findReadablePage(db, p, ref, { includeDeleted: true });
+  if (!canDiff(p, row.path)) throw forbidden('A diff shows raw content and needs secret-level read');
+  const toSeq = opts.to ? (await resolveCommit(db, p.workspaceId, opts.to)).seq : Number.MAX_SAFE_INTEGER;
+  const to = await versionAt(db, p.workspaceId, row.id, toSeq);
+  if (!to) throw notFound(`Page ${ref} did not exist at ${opts.to}`);
+  let from: PageVersionsTable | null;
+  if (opts.from) {
+    from = await versionAt(db, p.workspaceId, row.id, (await resolveCommit(db, p.workspaceId, opts.from)).seq);
+    if (!from) throw notFound(`Page ${ref} did not exist at ${opts.from}`);
+  } else {
+    from = await versionAt(db, p.workspaceId, row.id, to.commit_seq - 1);
+  }
+  const fromContent = from?.blob_sha ? await versionContent(db, p.workspaceId, from) : '';
+  const toContent = to.blob_sha ? await versionContent(db, p.workspaceId, to) : '';
+  const diff = createTwoFilesPatch(
+    from ? `a/${from.path}` : '/dev/null',
+    to.blob_sha ? `b/${to.path}` : '/dev/null',
+    fromContent,
+    toContent,
+    from?.commit_sha ?? '',
+    to.commit_sha,
+  );
+  return { id: row.id, from: from?.commit_sha ?? null, to: to.commit_sha, diff, from_content: fromContent, to_content: toContent };
+}

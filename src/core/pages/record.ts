@@ -1,0 +1,103 @@
+import { findSection, redactDocument } from '../../markdown/index.js';
+import { blockVisibility } from '../../policy/pages.js';
+import type { Principal } from '../../policy/principal.js';
+import { atOrBelow, isLevel } from '../../policy/sensitivity.js';
+import type { PagesTable } from '../../store/schema.js';
+import { ceilingFor } from '../../policy/access.js';
+import { notFound } from '../errors.js';
+import { analyzeContent } from './content.js';
+
+/** The page record both REST and MCP return (docs/api.md). */
+export interface PageRecord {
+  id: string;
+  path: string;
+  space: string;
+  cluster_path: string;
+  title: string;
+  /** Full markdown including frontmatter, redacted to the caller's ceiling. */
+  content: string;
+  body: string;
+  frontmatter: Record<string, unknown>;
+  tags: string[];
+  links: { target: string; kind: 'wiki' | 'markdown'; text: string }[];
+  sensitivity: string;
+  state: string;
+  archived_reason: string | null;
+  archived_at: string | null;
+  commit_sha: string;
+  content_hash: string;
+  /** True when blocks above the caller's ceiling were replaced by `[redacted]`. */
+  redacted: boolean;
+  created_at: string;
+  updated_at: string;
+  last_touched_at: string | null;
+  created_by: string;
+  updated_by: string;
+  /** Set when `section` was asked: that section's markdown. */
+  section?: string;
+}
+
+export type PageRow = Pick<
+  PagesTable,
+  | 'id'
+  | 'path'
+  | 'space'
+  | 'cluster_path'
+  | 'content'
+  | 'content_hash'
+  | 'commit_sha'
+  | 'sensitivity'
+  | 'block_level'
+  | 'created_at'
+  | 'updated_at'
+  | 'last_touched_at'
+  | 'created_by'
+  | 'updated_by'
+>;
+
+function slugOf(path: string): string {
+  return (path.split('/').pop() ?? path).replace(/\.md$/, '');
+}
+
+/**
+ * Renders a page (or one version of it) for a caller who may read it: blocks above the
+ * ceiling become `[redacted]`, and everything derived (title, tags, links) is derived
+ * from the redacted text so nothing hidden leaks through them.
+ */
+export function presentPage(p: Principal, row: PageRow, opts: { section?: string | undefined } = {}): PageRecord {
+  const ceiling = ceilingFor(p, 'read', row.path) ?? 'public';
+  const blockLevel = isLevel(row.block_level) ? row.block_level : null;
+  const redacted = blockLevel !== null && !atOrBelow(blockLevel, ceiling);
+  const content = redacted ? redactDocument(row.content, blockVisibility(p, row.path)) : row.content;
+  const a = analyzeContent(content, slugOf(row.path));
+  const record: PageRecord = {
+    id: row.id,
+    path: row.path,
+    space: row.space,
+    cluster_path: row.cluster_path,
+    title: a.title,
+    content,
+    body: a.body,
+    frontmatter: a.frontmatter,
+    tags: a.tags,
+    links: a.links,
+    sensitivity: row.sensitivity,
+    state: a.state,
+    archived_reason: typeof a.frontmatter.archived_reason === 'string' ? a.frontmatter.archived_reason : null,
+    archived_at: typeof a.frontmatter.archived_at === 'string' ? a.frontmatter.archived_at : null,
+    commit_sha: row.commit_sha,
+    content_hash: row.content_hash,
+    redacted,
+    created_at: row.created_at,
+    updated_at: row.updated_at,
+    last_touched_at: row.last_touched_at,
+    created_by: row.created_by,
+    updated_by: row.updated_by,
+  };
+  if (opts.section !== undefined) {
+    const text = findSection(a.body, opts.section);
+    if (text === null) throw notFound(`No section titled "${opts.section}" in ${row.path}`, 'section_not_found');
+    record.section = text;
+  }
+  return record;
+}

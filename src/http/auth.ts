@@ -1,0 +1,54 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { authenticate } from '../auth/resolve.js';
+import { CSRF_COOKIE, SESSION_COOKIE } from '../auth/sessions.js';
+import type { CoreContext } from '../core/context.js';
+import { forbidden, unauthorized } from '../core/errors.js';
+import type { Principal } from '../policy/principal.js';
+
+/**
+ * Who may call a route: `public` (nobody checked), `session` (a signed-in human), or
+ * `principal` (a human session or an agent key). Declared per route in `config.auth`.
+ */
+export type RouteAuth = 'public' | 'session' | 'principal';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    principal: Principal | null;
+  }
+  interface FastifyContextConfig {
+    auth?: RouteAuth;
+  }
+}
+
+const UNSAFE = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+
+function headerValue(v: string | string[] | undefined): string | undefined {
+  return Array.isArray(v) ? v[0] : v;
+}
+
+/** Resolves the caller on every non-public route before the body is even parsed. */
+export function registerAuth(app: FastifyInstance, ctx: CoreContext): void {
+  app.decorateRequest('principal', null);
+  app.addHook('onRequest', async (req) => {
+    const mode = req.routeOptions.config.auth ?? 'principal';
+    if (mode === 'public') return;
+    const query = req.query as Record<string, unknown> | undefined;
+    const principal = await authenticate(ctx, {
+      authorization: headerValue(req.headers.authorization),
+      sessionToken: req.cookies[SESSION_COOKIE],
+      csrfHeader: headerValue(req.headers['x-csrf-token']),
+      csrfCookie: req.cookies[CSRF_COOKIE],
+      unsafe: UNSAFE.has(req.method),
+      ip: req.ip,
+      workspace: headerValue(req.headers['x-service-workspace']) ?? (typeof query?.workspace === 'string' ? query.workspace : undefined),
+    });
+    if (mode === 'session' && principal.via !== 'session') throw forbidden('This needs a signed-in human (web session)', 'session_required');
+    req.principal = principal;
+  });
+}
+
+/** The authenticated caller of a non-public route. */
+export function caller(req: FastifyRequest): Principal {
+  if (!req.principal) throw unauthorized();
+  return req.principal;
+}

@@ -1,0 +1,48 @@
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
+import { isServiceError, ServiceError } from '../core/errors.js';
+
+/** The REST error body: `{ error: { code, message }, code }` plus any details the error carries. */
+export function errorBody(e: ServiceError): Record<string, unknown> {
+  return { error: { code: e.code, message: e.message }, code: e.code, ...(e.details ?? {}) };
+}
+
+const BY_STATUS: Record<number, string> = {
+  400: 'invalid_request',
+  401: 'unauthorized',
+  403: 'forbidden',
+  404: 'not_found',
+  405: 'method_not_allowed',
+  406: 'not_acceptable',
+  413: 'payload_too_large',
+  415: 'unsupported_media_type',
+  429: 'rate_limited',
+};
+
+/** Maps anything thrown in a request to the one error type; unknown failures are logged and 500. */
+export function toServiceError(err: unknown, req: FastifyRequest): ServiceError {
+  if (isServiceError(err)) return err;
+  if (hasZodFastifySchemaValidationErrors(err)) {
+    const parts = err.validation.map((v) => {
+      const path = v.instancePath.split('/').filter(Boolean).join('.');
+      const where = `${err.validationContext ?? 'body'}${path ? `.${path}` : ''}`;
+      return `${where}: ${v.message ?? 'invalid'}`;
+    });
+    return new ServiceError(400, 'invalid_request', parts.join('; '));
+  }
+  const fe = err as Partial<FastifyError>;
+  const status = typeof fe.statusCode === 'number' ? fe.statusCode : 500;
+  if (status >= 400 && status < 500) {
+    if (fe.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || err instanceof SyntaxError || fe.code === 'FST_ERR_CTP_EMPTY_JSON_BODY') {
+      return new ServiceError(400, 'invalid_json', `The request body is not valid JSON: ${fe.message ?? ''}`.trim());
+    }
+    if (fe.code === 'FST_ERR_CTP_BODY_TOO_LARGE') return new ServiceError(413, 'payload_too_large', 'The request body is too large');
+    return new ServiceError(status, BY_STATUS[status] ?? 'invalid_request', fe.message ?? 'Bad request');
+  }
+  req.log.error({ err }, 'unhandled error');
+  return new ServiceError(500, 'internal_error', 'Something went wrong on our side; it has been logged');
+}
+
+export function sendError(reply: FastifyReply, e: ServiceError): FastifyReply {
+  return reply.code(e.status).type('application/json; charset=utf-8').send(errorBody(e));
+}

@@ -1,0 +1,74 @@
+import { sql } from 'kysely';
+import type { FastifyInstance } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import type { CoreContext } from '../../core/context.js';
+import { pingStore } from '../../store/db.js';
+import { GIT_SHA, VERSION } from '../../version.js';
+
+export async function healthRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
+  const r = app.withTypeProvider<ZodTypeProvider>();
+
+  r.get(
+    '/healthz',
+    {
+      config: { auth: 'public' },
+      schema: {
+        tags: ['health'],
+        response: {
+          200: z.object({ status: z.literal('ok'), version: z.string(), nodes: z.number(), indexed_at: z.string().nullable() }),
+          503: z.object({ status: z.literal('unavailable'), version: z.string() }),
+        },
+      },
+    },
+    async (_req, reply) => {
+      try {
+        const row = await ctx.store.db
+          .selectFrom('pages')
+          .select([sql<number>`count(*)`.as('n'), sql<string | null>`max(updated_at)`.as('at')])
+          .where('deleted_at', 'is', null)
+          .executeTakeFirstOrThrow();
+        return { status: 'ok' as const, version: VERSION, nodes: Number(row.n), indexed_at: row.at };
+      } catch {
+        return reply.code(503).send({ status: 'unavailable' as const, version: VERSION });
+      }
+    },
+  );
+
+  r.get(
+    '/readyz',
+    {
+      config: { auth: 'public' },
+      schema: {
+        tags: ['health'],
+        response: {
+          '2xx': z.object({
+            status: z.enum(['ready', 'unavailable']),
+            version: z.string(),
+            git_sha: z.string(),
+            database: z.object({ ok: z.boolean(), engine: z.string() }),
+            embeddings: z.object({ status: z.string() }),
+          }),
+          503: z.object({
+            status: z.enum(['ready', 'unavailable']),
+            version: z.string(),
+            git_sha: z.string(),
+            database: z.object({ ok: z.boolean(), engine: z.string() }),
+            embeddings: z.object({ status: z.string() }),
+          }),
+        },
+      },
+    },
+    async (_req, reply) => {
+      const ok = await pingStore(ctx.store);
+      const body = {
+        status: ok ? ('ready' as const) : ('unavailable' as const),
+        version: VERSION,
+        git_sha: GIT_SHA,
+        database: { ok, engine: ctx.store.dialect },
+        embeddings: { status: 'disabled' },
+      };
+      return reply.code(ok ? 200 : 503).send(body);
+    },
+  );
+}

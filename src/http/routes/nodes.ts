@@ -1,0 +1,247 @@
+import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import type { CoreContext } from '../../core/context.js';
+import { pageDiff, pageHistory, readPage } from '../../core/pages/read.js';
+import type { PageRecord } from '../../core/pages/record.js';
+import { archivePage, createPage, deletePage, movePage, restorePage, updatePage, type PageUpdate } from '../../core/pages/write.js';
+import { caller } from '../auth.js';
+import { ArchiveReason, errors, optionalBody, PageRecordSchema, WriteResultSchema } from '../schemas.js';
+
+const Ref = z.object({ id: z.string().min(1).max(600).describe('A page id (pg_…) or its URL-encoded path') });
+const Message = z.string().max(2000).optional().describe('Commit message');
+const Sha = z.string().min(7).max(64);
+const Frontmatter = z.record(z.string(), z.unknown());
+
+const CreateBody = z.union([
+  z.strictObject({ path: z.string().max(600), content: z.string(), message: Message }),
+  z.strictObject({
+    space: z.string().min(1).max(100),
+    cluster_path: z.string().max(512).optional(),
+    title: z.string().trim().min(1).max(300),
+    body: z.string(),
+    frontmatter: Frontmatter.optional(),
+    message: Message,
+  }),
+]);
+
+const UpdateBody = z
+  .strictObject({
+    content: z.string().optional(),
+    title: z.string().trim().min(1).max(300).optional(),
+    body: z.string().optional(),
+    frontmatter: Frontmatter.optional(),
+    base_sha: Sha.optional().describe('The content_hash or commit_sha you read'),
+    message: Message,
+  })
+  .refine((b) => b.content === undefined || (b.title === undefined && b.body === undefined && b.frontmatter === undefined), {
+    message: 'Send either content, or title/body/frontmatter, not both',
+  })
+  .refine((b) => b.content !== undefined || b.title !== undefined || b.body !== undefined || b.frontmatter !== undefined, {
+    message: 'Nothing to change: send content, or title/body/frontmatter',
+  });
+
+function withEtag(reply: FastifyReply, record: PageRecord): FastifyReply {
+  return reply.header('ETag', `"${record.content_hash}"`);
+}
+
+function headerValue(v: string | string[] | undefined): string | undefined {
+  return Array.isArray(v) ? v.join(',') : v;
+}
+
+export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
+  const r = app.withTypeProvider<ZodTypeProvider>();
+  const tags = ['pages'];
+
+  r.post(
+    '/api/v1/nodes',
+    {
+      schema: {
+        tags,
+        summary: 'Create a page from {path, content} or {space, cluster_path, title, body, frontmatter}',
+        body: CreateBody,
+        response: { 201: PageRecordSchema, ...errors(400, 401, 403, 409, 413) },
+      },
+    },
+    async (req, reply) => {
+      const { message, ...input } = req.body;
+      const { record } = await createPage(ctx, caller(req), input, message);
+      return withEtag(reply.code(201), record).send(record);
+    },
+  );
+
+  r.get(
+    '/api/v1/nodes/:id',
+    {
+      schema: {
+        tags,
+        summary: 'Read a page by id or path, redacted to your ceiling; counts as a read',
+        params: Ref,
+        querystring: z.object({
+          format: z.enum(['json', 'md']).default('json'),
+          at: Sha.optional().describe('Read the version in force at this commit'),
+          section: z.string().max(300).optional().describe('Heading text: return that section too'),
+        }),
+        response: { 200: PageRecordSchema, ...errors(400, 401, 404) },
+      },
+    },
+    async (req, reply) => {
+      const record = await readPage(ctx, caller(req), req.params.id, { at: req.query.at, section: req.query.section });
+      withEtag(reply, record);
+      if (req.query.format === 'md') {
+        // Raw markdown bypasses the JSON serializer on purpose.
+        const raw = reply as FastifyReply;
+        return raw.type('text/markdown; charset=utf-8').serializer((x: unknown) => String(x)).send(record.section ?? record.content);
+      }
+      return record;
+    },
+  );
+
+  const update = (method: 'put' | 'patch') =>
+    r[method](
+      '/api/v1/nodes/:id',
+      {
+        schema: {
+          tags,
+          summary:
+            method === 'put'
+              ? 'Replace a page; If-Match or base_sha make it conditional, without them last writer wins'
+              : 'Change part of a page (frontmatter keys merge; null removes a key); same conditions as PUT',
+          params: Ref,
+          headers: z.object({ 'if-match': z.string().max(200).optional() }),
+          body: UpdateBody,
+          response: { 200: WriteResultSchema, ...errors(400, 401, 403, 404, 409, 413) },
+        },
+      },
+      async (req, reply) => {
+        const b = req.body;
+        const change: PageUpdate =
+          b.content !== undefined
+            ? { kind: 'replace', content: b.content }
+            : { kind: 'fields', title: b.title, body: b.body, frontmatter: b.frontmatter, mergeFrontmatter: method === 'patch' };
+        const { record, changed } = await updatePage(
+          ctx,
+          caller(req),
+          req.params.id,
+          change,
+          { ifMatch: headerValue(req.headers['if-match']), baseSha: b.base_sha },
+          b.message,
+        );
+        return withEtag(reply, record).send({ ...record, changed });
+      },
+    );
+  update('put');
+  update('patch');
+
+  r.delete(
+    '/api/v1/nodes/:id',
+    {
+      schema: {
+        tags,
+        summary: 'Delete a page as a commit; history keeps it (human owner, or agent with admin)',
+        params: Ref,
+        response: { 200: z.object({ deleted: z.literal(true), id: z.string(), path: z.string(), commit_sha: z.string() }), ...errors(401, 403, 404) },
+      },
+    },
+    async (req) => ({ deleted: true as const, ...(await deletePage(ctx, caller(req), req.params.id)) }),
+  );
+
+  r.get(
+    '/api/v1/nodes/:id/history',
+    {
+      schema: {
+        tags,
+        summary: 'Versions of a page, newest first',
+        params: Ref,
+        querystring: z.object({ limit: z.coerce.number().int().min(1).max(200).default(50), before: Sha.optional() }),
+        response: {
+          200: z.object({
+            id: z.string(),
+            versions: z.array(
+              z.object({
+                commit_sha: z.string(),
+                action: z.string(),
+                path: z.string(),
+                content_hash: z.string().nullable(),
+                message: z.string(),
+                principal_id: z.string(),
+                created_at: z.string(),
+              }),
+            ),
+            next_before: z.string().nullable().describe('Pass as before= for the next page'),
+          }),
+          ...errors(400, 401, 404),
+        },
+      },
+    },
+    async (req) => pageHistory(ctx, caller(req), req.params.id, req.query),
+  );
+
+  r.get(
+    '/api/v1/nodes/:id/diff',
+    {
+      schema: {
+        tags,
+        summary: 'Unified diff between two versions (secret-level read)',
+        params: Ref,
+        querystring: z.object({ from: Sha.optional(), to: Sha.optional() }),
+        response: {
+          200: z.object({ id: z.string(), from: z.string().nullable(), to: z.string(), diff: z.string(), from_content: z.string(), to_content: z.string() }),
+          ...errors(400, 401, 403, 404),
+        },
+      },
+    },
+    async (req) => pageDiff(ctx, caller(req), req.params.id, req.query),
+  );
+
+  r.post(
+    '/api/v1/nodes/:id/move',
+    {
+      schema: {
+        tags,
+        summary: 'Move a page to a new path (its id stays)',
+        params: Ref,
+        body: z.strictObject({ to: z.string().min(1).max(600), message: Message }),
+        response: { 200: PageRecordSchema, ...errors(400, 401, 403, 404, 409) },
+      },
+    },
+    async (req, reply) => {
+      const { record } = await movePage(ctx, caller(req), req.params.id, req.body.to, req.body.message);
+      return withEtag(reply, record).send(record);
+    },
+  );
+
+  r.post(
+    '/api/v1/nodes/:id/archive',
+    {
+      schema: {
+        tags,
+        summary: 'Archive a page (reason closed, stale, superseded or manual)',
+        params: Ref,
+        body: optionalBody(z.strictObject({ reason: ArchiveReason.default('manual'), message: Message })),
+        response: { 200: PageRecordSchema, ...errors(400, 401, 403, 404, 409) },
+      },
+    },
+    async (req, reply) => {
+      const { record } = await archivePage(ctx, caller(req), req.params.id, req.body.reason, req.body.message);
+      return withEtag(reply, record).send(record);
+    },
+  );
+
+  r.post(
+    '/api/v1/nodes/:id/restore',
+    {
+      schema: {
+        tags,
+        summary: 'Return an archived page to active',
+        params: Ref,
+        body: optionalBody(z.strictObject({ message: Message })),
+        response: { 200: PageRecordSchema, ...errors(400, 401, 403, 404, 409) },
+      },
+    },
+    async (req, reply) => {
+      const { record } = await restorePage(ctx, caller(req), req.params.id, req.body.message);
+      return withEtag(reply, record).send(record);
+    },
+  );
+}

@@ -1,0 +1,50 @@
+import type { FastifyInstance } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import type { CoreContext } from '../../core/context.js';
+import { createSpace, listSpaces, spaceTree } from '../../core/spaces.js';
+import { caller } from '../auth.js';
+import { errors, QueryBool, SpaceSchema, TreeFolderSchema } from '../schemas.js';
+
+export async function spaceRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
+  const r = app.withTypeProvider<ZodTypeProvider>();
+  const tags = ['spaces'];
+
+  r.get(
+    '/api/v1/spaces',
+    { schema: { tags, summary: 'Spaces visible to you', response: { 200: z.object({ spaces: z.array(SpaceSchema) }), ...errors(401) } } },
+    async (req) => ({ spaces: await listSpaces(ctx, caller(req)) }),
+  );
+
+  r.post(
+    '/api/v1/spaces',
+    {
+      schema: {
+        tags,
+        summary: 'Create a Space (admin)',
+        body: z.strictObject({ id: z.string().min(1).max(100), name: z.string().max(200).default(''), summary: z.string().max(2000).optional() }),
+        response: { 201: SpaceSchema, ...errors(400, 401, 403, 409) },
+      },
+    },
+    async (req, reply) => reply.code(201).send(await createSpace(ctx, caller(req), req.body)),
+  );
+
+  r.get(
+    '/api/v1/spaces/:s/tree',
+    {
+      schema: {
+        tags,
+        summary: 'Folder tree of a Space with summaries and the pages you can read',
+        params: z.object({ s: z.string().min(1).max(100) }),
+        querystring: z.object({
+          path: z.string().max(512).optional(),
+          depth: z.coerce.number().int().min(0).max(10).default(3),
+          include_archived: QueryBool.default(false),
+        }),
+        response: { 200: z.object({ space: SpaceSchema, tree: TreeFolderSchema }), ...errors(400, 401, 404) },
+      },
+    },
+    async (req) =>
+      spaceTree(ctx, caller(req), req.params.s, { path: req.query.path, depth: req.query.depth, includeArchived: req.query.include_archived }),
+  );
+}

@@ -1,0 +1,137 @@
+import { z } from 'zod';
+import { ACTIONS } from '../policy/principal.js';
+import { LEVELS } from '../policy/sensitivity.js';
+import { ARCHIVE_REASONS } from '../core/pages/content.js';
+
+/** Shared request and response schemas of the REST face; the OpenAPI document is generated from them. */
+
+export const ErrorBody = z
+  .object({
+    error: z.object({ code: z.string(), message: z.string() }),
+    code: z.string(),
+  })
+  .catchall(z.unknown())
+  .describe('Every error: the code is repeated at the top level');
+
+export const Level = z.enum(LEVELS);
+export const ArchiveReason = z.enum(ARCHIVE_REASONS);
+
+export const GrantSchema = z.strictObject({
+  action: z.enum(ACTIONS),
+  scope: z.string().min(1).max(512).describe('`*`, `<space>` or `<space>/<folder>`'),
+  ceiling: Level.default('internal'),
+});
+
+export const LinkSchema = z.object({
+  target: z.string(),
+  kind: z.enum(['wiki', 'markdown']),
+  text: z.string(),
+});
+
+export const PageRecordSchema = z.object({
+  id: z.string(),
+  path: z.string(),
+  space: z.string(),
+  cluster_path: z.string(),
+  title: z.string(),
+  content: z.string().describe('Full markdown including frontmatter, redacted to your ceiling'),
+  body: z.string(),
+  frontmatter: z.record(z.string(), z.unknown()),
+  tags: z.array(z.string()),
+  links: z.array(LinkSchema),
+  sensitivity: z.string(),
+  state: z.string(),
+  archived_reason: z.string().nullable(),
+  archived_at: z.string().nullable(),
+  commit_sha: z.string(),
+  content_hash: z.string().describe('git blob sha of the raw content; the ETag is this value quoted'),
+  redacted: z.boolean(),
+  created_at: z.string(),
+  updated_at: z.string(),
+  last_touched_at: z.string().nullable(),
+  created_by: z.string(),
+  updated_by: z.string(),
+  section: z.string().optional(),
+});
+
+export const WriteResultSchema = PageRecordSchema.extend({
+  changed: z.boolean().describe('false when the write changed nothing and made no commit'),
+});
+
+export const AgentSchema = z.object({
+  id: z.string(),
+  kind: z.literal('agent'),
+  name: z.string(),
+  ceiling: z.string(),
+  creator: z.string().nullable(),
+  grants: z.array(z.object({ action: z.string(), scope: z.string(), ceiling: z.string() })),
+  created_at: z.string(),
+});
+
+export const PrincipalSummarySchema = z.object({
+  id: z.string(),
+  name: z.string(),
+  kind: z.enum(['human', 'agent']),
+  email: z.string().nullable().optional(),
+  role: z.string().optional(),
+  ceiling: z.string().nullable().optional(),
+  creator: z.string().nullable().optional(),
+  created_at: z.string().optional(),
+});
+
+export const KeySchema = z.object({
+  id: z.string(),
+  name: z.string(),
+  hint: z.string(),
+  ceiling: z.string().nullable(),
+  ip_pin: z.string().nullable(),
+  expires_at: z.string().nullable(),
+  revoked_at: z.string().nullable(),
+  created_at: z.string(),
+  last_used_at: z.string().nullable(),
+});
+
+export const SpaceSchema = z.object({ id: z.string(), name: z.string(), summary: z.string(), created_at: z.string() });
+
+export type TreeFolderShape = {
+  path: string;
+  name: string;
+  summary: string;
+  archived: boolean;
+  page_count: number;
+  folders: TreeFolderShape[];
+  pages: { id: string; path: string; title: string; state: string; sensitivity: string; updated_at: string }[];
+  truncated?: boolean | undefined;
+};
+
+export const TreeFolderSchema: z.ZodType<TreeFolderShape> = z.lazy(() =>
+  z.object({
+    path: z.string(),
+    name: z.string(),
+    summary: z.string(),
+    archived: z.boolean(),
+    page_count: z.number(),
+    folders: z.array(TreeFolderSchema),
+    pages: z.array(
+      z.object({ id: z.string(), path: z.string(), title: z.string(), state: z.string(), sensitivity: z.string(), updated_at: z.string() }),
+    ),
+    truncated: z.boolean().optional(),
+  }),
+);
+
+/** Errors a route may answer, for the OpenAPI document. */
+export function errors(...statuses: number[]): Record<number, typeof ErrorBody> {
+  const out: Record<number, typeof ErrorBody> = {};
+  for (const s of statuses) out[s] = ErrorBody;
+  return out;
+}
+
+/** Query-string booleans: `true`/`1` and `false`/`0`. */
+export const QueryBool = z
+  .enum(['true', 'false', '1', '0'])
+  .transform((v) => v === 'true' || v === '1');
+
+/** A body that may be left out entirely (no content): it is then read as `{}`. */
+export function optionalBody<T extends z.ZodType>(schema: T) {
+  return z.preprocess((v) => v ?? {}, schema);
+}

@@ -1,0 +1,57 @@
+import { ConfigError, loadConfig, type Config } from './config.js';
+import { startServer } from './server.js';
+import { openStore } from './store/db.js';
+
+const USAGE = `Usage: context-vault [serve|migrate]
+  serve     start the service (default)
+  migrate   apply database migrations and exit
+Configuration is read from the environment; see README.md.`;
+
+async function main(argv: string[]): Promise<void> {
+  const command = argv[0] ?? 'serve';
+  let config: Config;
+  try {
+    config = loadConfig();
+  } catch (e) {
+    if (e instanceof ConfigError) {
+      console.error(e.message);
+      process.exit(2);
+    }
+    throw e;
+  }
+  if (command === 'migrate') {
+    const store = await openStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl });
+    await store.close();
+    console.log('migrations applied');
+    return;
+  }
+  if (command !== 'serve') {
+    console.error(USAGE);
+    process.exit(2);
+  }
+  const server = await startServer(config);
+  server.app.log.info(
+    { engine: server.ctx.store.dialect, dataDir: config.databaseUrl ? undefined : config.dataDir, signups: config.signups },
+    `Context Vault listening on ${server.url}`,
+  );
+  let closing = false;
+  const stop = (signal: string) => {
+    if (closing) return;
+    closing = true;
+    server.app.log.info(`${signal}: shutting down`);
+    server.close().then(
+      () => process.exit(0),
+      (err) => {
+        console.error(err);
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGINT', () => stop('SIGINT'));
+  process.on('SIGTERM', () => stop('SIGTERM'));
+}
+
+main(process.argv.slice(2)).catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

@@ -1,0 +1,36 @@
+import type { FastifyInstance } from 'fastify';
+import { buildApp, type AppOptions } from './app.js';
+import type { Config } from './config.js';
+import type { CoreContext } from './core/context.js';
+import { TouchBuffer } from './core/touches.js';
+import { openStore } from './store/db.js';
+
+export interface RunningServer {
+  app: FastifyInstance;
+  ctx: CoreContext;
+  url: string;
+  close(): Promise<void>;
+}
+
+/** Opens the store, builds the app and listens; `close` drains requests, flushes and closes the store. */
+export async function startServer(config: Config, opts: AppOptions = {}): Promise<RunningServer> {
+  const store = await openStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl });
+  const touches = new TouchBuffer(store);
+  touches.start();
+  const ctx: CoreContext = { store, config, touches };
+  const app = await buildApp(ctx, opts);
+  await app.listen({ port: config.port, host: config.host });
+  const addr = app.server.address();
+  const port = typeof addr === 'object' && addr ? addr.port : config.port;
+  const host = config.host.includes(':') ? `[${config.host}]` : config.host;
+  return {
+    app,
+    ctx,
+    url: `http://${host}:${port}`,
+    close: async () => {
+      await app.close();
+      await touches.stop();
+      await store.close();
+    },
+  };
+}

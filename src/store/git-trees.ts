@@ -1,0 +1,140 @@
+import { badRequest, conflict } from '../core/errors.js';
+import { isSha, validateName, type ObjectStore, type TreeEntry } from './git-objects.js';
+
+/** Sets (blobSha) or removes (null) the file at `path`, e.g. `space/folder/sub/page.md`. */
+export interface PathChange {
+  path: string;
+  blobSha: string | null;
+}
+
+export interface FileEntry {
+  path: string;
+  sha: string;
+}
+
+/** Splits and validates a repository path; every segment must be a valid tree entry name. */
+export function splitPath(path: string): string[] {
+  const segments = path.split('/');
+  for (const s of segments) validateName(s);
+  return segments;
+}
+
+interface ChangeNode {
+  /** Set when this node is a file being written or removed. */
+  file?: string | null;
+  children?: Map<string, ChangeNode>;
+}
+
+function buildChangeTree(changes: readonly PathChange[]): ChangeNode {
+  const root: ChangeNode = { children: new Map() };
+  for (const change of changes) {
+    if (change.blobSha !== null && !isSha(change.blobSha)) {
+      throw badRequest(`Invalid blob id for ${change.path}`, 'invalid_object');
+    }
+    const segments = splitPath(change.path);
+    let node = root;
+    segments.forEach((name, i) => {
+      const children = node.children;
+      if (!children) throw badRequest(`${change.path} is both a file and a folder in one change set`, 'invalid_path');
+      let next = children.get(name);
+      const leaf = i === segments.length - 1;
+      if (!next) {
+        next = leaf ? {} : { children: new Map() };
+        children.set(name, next);
+      }
+      if (leaf) {
+        if (next.children) throw badRequest(`${change.path} is both a file and a folder in one change set`, 'invalid_path');
+        // The last change to a path wins, as if applied in order.
+        next.file = change.blobSha;
+      } else if (next.file !== undefined) {
+        throw badRequest(`${segments.slice(0, i + 1).join('/')} is both a file and a folder in one change set`, 'invalid_path');
+      }
+      node = next;
+    });
+  }
+  return root;
+}
+
+/** Rewrites one tree; returns its new sha, the old sha when nothing changed, or null when it became empty. */
+async function rewriteTree(store: ObjectStore, treeSha: string | null, node: ChangeNode, prefix: string): Promise<string | null> {
+  const old = treeSha ? await store.getTree(treeSha) : [];
+  if (!old) throw new Error(`tree ${String(treeSha)} is missing from workspace ${store.workspaceId}`);
+  const entries = new Map<string, TreeEntry>(old.map((e) => [e.name, e]));
+  let changed = false;
+  for (const [name, child] of node.children ?? []) {
+    const path = prefix ? `${prefix}/${name}` : name;
+    const current = entries.get(name);
+    if (child.file !== undefined) {
+      if (current?.mode === '40000') throw conflict(`${path} is a folder, not a file`);
+      if (child.file === null) {
+        if (current) {
+          entries.delete(name);
+          changed = true;
+        }
+      } else if (current?.sha !== child.file) {
+        entries.set(name, { mode: '100644', name, sha: child.file });
+        changed = true;
+      }
+    } else {
+      if (current && current.mode !== '40000') throw conflict(`${path} is a file, not a folder`);
+      const sub = await rewriteTree(store, current?.sha ?? null, child, path);
+      if (sub === null) {
+        if (current) {
+          entries.delete(name);
+          changed = true;
+        }
+      } else if (sub !== current?.sha) {
+        entries.set(name, { mode: '40000', name, sha: sub });
+        changed = true;
+      }
+    }
+  }
+  if (!changed) return treeSha;
+  // Git has no empty trees: an emptied folder disappears from its parent.
+  if (entries.size === 0) return null;
+  return store.putTree(entries.values(), treeSha);
+}
+
+/**
+ * Applies file changes to a root tree and returns the new root tree sha. Intermediate trees are
+ * created as needed, emptied trees are removed (an empty root is the empty tree), and every
+ * rewritten tree is stored against its previous version so it can be kept as a delta.
+ */
+export async function applyChanges(store: ObjectStore, rootTreeSha: string | null, changes: readonly PathChange[]): Promise<string> {
+  const root = await rewriteTree(store, rootTreeSha, buildChangeTree(changes), '');
+  return root ?? store.putTree([], rootTreeSha);
+}
+
+/** The blob sha of the file at `path`, or null when there is no file there. */
+export async function readPath(store: ObjectStore, rootTreeSha: string | null, path: string): Promise<string | null> {
+  const segments = splitPath(path);
+  let treeSha = rootTreeSha;
+  for (let i = 0; i < segments.length; i++) {
+    if (!treeSha) return null;
+    const tree = await store.getTree(treeSha);
+    if (!tree) throw new Error(`tree ${treeSha} is missing from workspace ${store.workspaceId}`);
+    const entry = tree.find((e) => e.name === segments[i]);
+    if (!entry) return null;
+    if (i === segments.length - 1) return entry.mode === '100644' ? entry.sha : null;
+    if (entry.mode !== '40000') return null;
+    treeSha = entry.sha;
+  }
+  return null;
+}
+
+/** Every file under the root, in the order `git ls-tree -r` prints them. */
+export async function listTree(store: ObjectStore, rootTreeSha: string | null): Promise<FileEntry[]> {
+  const out: FileEntry[] = [];
+  if (!rootTreeSha) return out;
+  const walk = async (treeSha: string, prefix: string): Promise<void> => {
+    const tree = await store.getTree(treeSha);
+    if (!tree) throw new Error(`tree ${treeSha} is missing from workspace ${store.workspaceId}`);
+    for (const e of tree) {
+      const path = prefix ? `${prefix}/${e.name}` : e.name;
+      if (e.mode === '40000') await walk(e.sha, path);
+      else out.push({ path, sha: e.sha });
+    }
+  };
+  await walk(rootTreeSha, '');
+  return out;
+}

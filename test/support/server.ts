@@ -1,0 +1,132 @@
+import { loadConfig } from '../../src/config.js';
+import type { Dialect } from '../../src/store/db.js';
+import { startServer, type RunningServer } from '../../src/server.js';
+import { createTestDatabase } from './engines.js';
+
+export interface TestServer extends RunningServer {
+  engine: Dialect;
+  /** Stops the server and drops its database. */
+  stop(): Promise<void>;
+}
+
+/** Starts a real server on a free loopback port over a fresh database. */
+export async function startTestServer(engine: Dialect, env: Record<string, string> = {}): Promise<TestServer> {
+  const tdb = await createTestDatabase(engine);
+  const config = loadConfig({
+    PORT: '0',
+    HOST: '127.0.0.1',
+    DATA_DIR: tdb.dataDir,
+    LOG_LEVEL: 'silent',
+    ...(tdb.databaseUrl ? { DATABASE_URL: tdb.databaseUrl } : {}),
+    ...env,
+  });
+  const server = await startServer(config, { logger: false });
+  return {
+    ...server,
+    engine,
+    stop: async () => {
+      await server.close();
+      await tdb.cleanup();
+    },
+  };
+}
+
+export interface Res<T = any> {
+  status: number;
+  headers: Headers;
+  body: T;
+  text: string;
+}
+
+/** A minimal HTTP client: JSON in and out, and a cookie jar for sessions. */
+export class Client {
+  cookies = new Map<string, string>();
+  constructor(
+    readonly base: string,
+    public bearer?: string,
+  ) {}
+
+  get csrf(): string | undefined {
+    return this.cookies.get('svc_csrf');
+  }
+
+  async request<T = any>(
+    method: string,
+    path: string,
+    opts: { json?: unknown; body?: string | Buffer; headers?: Record<string, string>; csrf?: boolean } = {},
+  ): Promise<Res<T>> {
+    const headers: Record<string, string> = { ...(opts.headers ?? {}) };
+    if (this.bearer) headers.authorization = `Bearer ${this.bearer}`;
+    if (this.cookies.size > 0) headers.cookie = [...this.cookies].map(([k, v]) => `${k}=${v}`).join('; ');
+    if (opts.csrf !== false && this.csrf && method !== 'GET' && headers['x-csrf-token'] === undefined) headers['x-csrf-token'] = this.csrf;
+    let body: string | Buffer | undefined = opts.body;
+    if (opts.json !== undefined) {
+      body = JSON.stringify(opts.json);
+      headers['content-type'] ??= 'application/json';
+    }
+    const res = await fetch(this.base + path, { method, headers, body: typeof body === 'string' || body === undefined ? body : new Uint8Array(body) });
+    for (const c of res.headers.getSetCookie()) {
+      const [pair] = c.split(';');
+      const [k, ...v] = pair!.split('=');
+      const value = v.join('=');
+      if (/expires=Thu, 01 Jan 1970/i.test(c) || value === '') this.cookies.delete(k!.trim());
+      else this.cookies.set(k!.trim(), value);
+    }
+    const text = await res.text();
+    let parsed: unknown = text;
+    if ((res.headers.get('content-type') ?? '').includes('json') && text) parsed = JSON.parse(text);
+    return { status: res.status, headers: res.headers, body: parsed as T, text };
+  }
+
+  get<T = any>(path: string, headers?: Record<string, string>) {
+    return this.request<T>('GET', path, { headers });
+  }
+  post<T = any>(path: string, json?: unknown, headers?: Record<string, string>) {
+    return this.request<T>('POST', path, { json, headers });
+  }
+  put<T = any>(path: string, json?: unknown, headers?: Record<string, string>) {
+    return this.request<T>('PUT', path, { json, headers });
+  }
+  patch<T = any>(path: string, json?: unknown, headers?: Record<string, string>) {
+    return this.request<T>('PATCH', path, { json, headers });
+  }
+  delete<T = any>(path: string, headers?: Record<string, string>) {
+    return this.request<T>('DELETE', path, { headers });
+  }
+}
+
+let counter = 0;
+
+/** Signs up a fresh human; the client holds the session and CSRF cookies. */
+export async function signupHuman(base: string, name = 'Ann'): Promise<{ client: Client; id: string; workspace: { id: string; slug: string } }> {
+  const client = new Client(base);
+  const email = `${name.toLowerCase()}-${process.pid}-${++counter}-${Date.now()}@example.com`;
+  const res = await client.post('/api/v1/auth/signup', { email, password: 'correct horse battery', name });
+  if (res.status !== 201) throw new Error(`signup failed: ${res.status} ${res.text}`);
+  return { client, id: res.body.principal.id, workspace: res.body.workspace };
+}
+
+export interface GrantInput {
+  action: string;
+  scope?: string;
+  ceiling?: string;
+}
+
+/** Creates an agent with the given grants and mints a key for it. */
+export async function createAgentWithKey(
+  human: Client,
+  grants: GrantInput[],
+  opts: { ceiling?: string; key?: Record<string, unknown>; name?: string } = {},
+): Promise<{ id: string; key: string; keyId: string; client: Client }> {
+  const a = await human.post('/api/v1/principals', {
+    name: opts.name ?? 'agent',
+    ceiling: opts.ceiling ?? 'confidential',
+    grants: grants.map((g) => ({ action: g.action, scope: g.scope ?? '*', ceiling: g.ceiling ?? 'confidential' })),
+  });
+  if (a.status !== 201) throw new Error(`agent create failed: ${a.status} ${a.text}`);
+  const k = await human.post(`/api/v1/principals/${a.body.id}/tokens`, { name: 'k', ...(opts.key ?? {}) });
+  if (k.status !== 201) throw new Error(`key mint failed: ${k.status} ${k.text}`);
+  return { id: a.body.id, key: k.body.key, keyId: k.body.id, client: new Client(human.base, k.body.key) };
+}
+
+export const ALL = ['read', 'write', 'search', 'propose', 'collab', 'admin'];

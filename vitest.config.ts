@@ -1,0 +1,12 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    include: ['test/**/*.test.ts'],
+    testTimeout: 30_000,
+    hookTimeout: 60_000,
+    // Suites start real servers and databases; two workers match the CI machine's cores.
+    pool: 'forks',
+    maxWorkers: 2,
+  },
+});
