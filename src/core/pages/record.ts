@@ -97,7 +97,8 @@ export function presentPage(p: Principal, row: PageRow, opts: { section?: string
   if (opts.section !== undefined) {
     const text = findSection(a.body, opts.section);
     if (text === null) throw notFound(`No section titled "${opts.section}" in ${row.path}`, 'section_not_found');
-    record.section = text;
+    // A section ends where the next heading starts; trailing blank lines are not part of it.
+    record.section = text.replace(/(\r?\n)+$/, '\n');
   }
   return record;
 }
