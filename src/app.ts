@@ -17,6 +17,13 @@ import { VERSION } from './version.js';
 /** Request bodies above this are refused before parsing; page content has its own 1 MiB limit. */
 export const BODY_LIMIT = 3 * 1024 * 1024;
 
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** `METHOD /path` of every route, for the OpenAPI completeness test and operators. */
+    routeList: string[];
+  }
+}
+
 export interface AppOptions {
   logger?: boolean | { level: string };
 }
@@ -31,6 +38,12 @@ export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise
   });
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
+
+  const routeList: string[] = [];
+  app.decorate('routeList', routeList);
+  app.addHook('onRoute', (r) => {
+    for (const m of [r.method].flat()) if (m !== 'HEAD') routeList.push(`${m} ${r.url}`);
+  });
 
   app.setErrorHandler((err, req, reply) => sendError(reply, toServiceError(err, req)));
   app.setNotFoundHandler((req, reply) => sendError(reply, notFound(`No route ${req.method} ${req.url.split('?')[0]}`)));

@@ -19,6 +19,9 @@ export interface Credentials {
   workspace: string | undefined;
 }
 
+/** How fresh a key's last_used_at is kept. */
+const KEY_USE_RESOLUTION_MS = 60_000;
+
 function toLevel(v: string | null): Level | null {
   return isLevel(v) ? v : null;
 }
@@ -52,6 +55,7 @@ async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): P
       'agent_keys.expires_at',
       'agent_keys.revoked_at',
       'agent_keys.epoch',
+      'agent_keys.last_used_at',
       'principals.id as principalId',
       'principals.name',
       'principals.ceiling as agentCeiling',
@@ -70,6 +74,11 @@ async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): P
   if (key.ip_pin && !sameIp(key.ip_pin, c.ip)) throw unauthorized('This key is pinned to another IP address', 'invalid_token');
   if (c.workspace && c.workspace !== key.workspaceId && c.workspace !== key.slug) {
     throw notFound(`Workspace ${c.workspace} not found`, 'workspace_not_found');
+  }
+  const now = Date.now();
+  if (!key.last_used_at || now - Date.parse(key.last_used_at) > KEY_USE_RESOLUTION_MS) {
+    // At most one write per key per minute: a hot key must not put an fsync on every request.
+    await db.updateTable('agent_keys').set({ last_used_at: new Date(now).toISOString() }).where('id', '=', key.keyId).execute();
   }
   return {
     id: key.principalId,

@@ -239,7 +239,7 @@ export async function mintKey(
     token_hash: hashSecret(secret),
     hint: secretHint(secret),
     ceiling: input.ceiling ?? null,
-    ip_pin: input.ip_pin ?? null,
+    ip_pin: input.ip_pin || null,
     expires_at: input.expires_in_days ? new Date(now.getTime() + input.expires_in_days * 86_400_000).toISOString() : null,
     revoked_at: null,
     epoch: 0,

@@ -31,7 +31,8 @@ export function registerAuth(app: FastifyInstance, ctx: CoreContext): void {
   app.decorateRequest('principal', null);
   app.addHook('onRequest', async (req) => {
     const mode = req.routeOptions.config.auth ?? 'principal';
-    if (mode === 'public') return;
+    // An unknown route is 404 for everyone; asking for credentials first would mislead.
+    if (mode === 'public' || req.is404) return;
     const query = req.query as Record<string, unknown> | undefined;
     const principal = await authenticate(ctx, {
       authorization: headerValue(req.headers.authorization),

@@ -484,14 +484,60 @@ describe.each(testEngines())('git object store on %s', (engine) => {
     const root = await store.db.selectFrom('git_objects').select(['base_sha']).where('workspace_id', '=', ws).where('sha', '=', last.tree).executeTakeFirstOrThrow();
     expect(root.base_sha).toBeNull();
 
-    expect(versions.at(-1)!.entries.map((e) => e.name)).not.toContain('new60');
-    expect(versions.at(-1)!.entries.map((e) => e.name)).toContain('new70');
+    expect(versions.at(-1)!.entries.map((e) => e.name)).not.toContain('new60.md');
+    expect(versions.at(-1)!.entries.map((e) => e.name)).toContain('new70.md');
     clearTreeCache();
     for (const v of versions) {
       const rebuilt = await objects.getTree(v.sha);
       expect(rebuilt).toEqual(v.entries);
       expect(hashObject('tree', encodeTree(rebuilt!))).toBe(v.sha);
     }
+  }, 120_000);
+
+  it('re-bases a chain at the depth bound on its full copy when few entries changed', async () => {
+    const ws = await newWorkspace();
+    const initial: Record<string, string> = {};
+    for (let i = 0; i < 300; i++) initial[`s/f/page-${i}.md`] = `p${i}`;
+    const c0 = await commit(ws, initial, 'init', T0);
+    const objects = new ObjectStore(store.db, ws);
+    const full = await subtreeSha(objects, c0.tree, ['s', 'f']);
+    const versions: Array<{ sha: string; entries: readonly TreeEntry[] }> = [];
+    const rows: Array<{ depth: number; base: string | null; bytes: number }> = [];
+    const updates = MAX_DELTA_DEPTH * 2 + 3;
+    for (let k = 1; k <= updates; k++) {
+      // A few hot pages edited over and over: the typical pattern.
+      const last = await commit(ws, { [`s/f/page-${k % 5}.md`]: `v${k}` }, `u${k}`, T0 + k);
+      const folder = await subtreeSha(objects, last.tree, ['s', 'f']);
+      versions.push({ sha: folder, entries: (await objects.getTree(folder))! });
+      const row = await store.db
+        .selectFrom('git_objects')
+        .select(['depth', 'base_sha', (eb) => sql<number>`length(${eb.ref('data')})`.as('bytes')])
+        .where('workspace_id', '=', ws)
+        .where('sha', '=', folder)
+        .executeTakeFirstOrThrow();
+      rows.push({ depth: Number(row.depth), base: row.base_sha, bytes: Number(row.bytes) });
+    }
+    const expectedDepths = Array.from({ length: updates }, (_, i) => (i % MAX_DELTA_DEPTH) + 1);
+    expect(rows.map((r) => r.depth)).toEqual(expectedDepths);
+    // Every chain restarts on the one full copy instead of writing another.
+    expect(rows[MAX_DELTA_DEPTH]!.base).toBe(full);
+    expect(rows[2 * MAX_DELTA_DEPTH]!.base).toBe(full);
+    expect(Math.max(...rows.map((r) => r.bytes))).toBeLessThan(400);
+    const fullCopies = await store.db
+      .selectFrom('git_objects')
+      .select('sha')
+      .where('workspace_id', '=', ws)
+      .where('base_sha', 'is', null)
+      .where('type', '=', 'tree')
+      .execute();
+    expect(fullCopies.map((r) => r.sha)).toContain(full);
+
+    clearTreeCache();
+    for (const v of versions) expect(await objects.getTree(v.sha)).toEqual(v.entries);
+    clearTreeCache();
+    const repo = path.join(tmpDir(), 'rebase.git');
+    await exportToBareRepo(store.db, ws, repo);
+    fsck(repo);
   }, 120_000);
 
   it('rejects paths that clash with folders or files', async () => {

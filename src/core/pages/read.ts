@@ -154,7 +154,8 @@ export async function pageDiff(
   const db = ctx.store.db;
   const row = await findReadablePage(db, p, ref, { includeDeleted: true });
   if (!canDiff(p, row.path)) throw forbidden('A diff shows raw content and needs secret-level read');
-  const toSeq = opts.to ? (await resolveCommit(db, p.workspaceId, opts.to)).seq : Number.MAX_SAFE_INTEGER;
+  // Without `to`, the latest version: the largest seq an INTEGER column holds.
+  const toSeq = opts.to ? (await resolveCommit(db, p.workspaceId, opts.to)).seq : 2_147_483_647;
   const to = await versionAt(db, p.workspaceId, row.id, toSeq);
   if (!to) throw notFound(`Page ${ref} did not exist at ${opts.to}`);
   let from: PageVersionsTable | null;

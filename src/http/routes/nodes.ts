@@ -8,13 +8,13 @@ import { archivePage, createPage, deletePage, movePage, restorePage, updatePage,
 import { caller } from '../auth.js';
 import { ArchiveReason, errors, optionalBody, PageRecordSchema, WriteResultSchema } from '../schemas.js';
 
-const Ref = z.object({ id: z.string().min(1).max(600).describe('A page id (pg_…) or its URL-encoded path') });
+const Ref = z.object({ id: z.string().min(1).max(1000).describe('A page id (pg_…) or its URL-encoded path') });
 const Message = z.string().max(2000).optional().describe('Commit message');
 const Sha = z.string().min(7).max(64);
 const Frontmatter = z.record(z.string(), z.unknown());
 
 const CreateBody = z.union([
-  z.strictObject({ path: z.string().max(600), content: z.string(), message: Message }),
+  z.strictObject({ path: z.string().max(8192), content: z.string(), message: Message }),
   z.strictObject({
     space: z.string().min(1).max(100),
     cluster_path: z.string().max(512).optional(),
@@ -201,7 +201,7 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
         tags,
         summary: 'Move a page to a new path (its id stays)',
         params: Ref,
-        body: z.strictObject({ to: z.string().min(1).max(600), message: Message }),
+        body: z.strictObject({ to: z.string().max(8192), message: Message }),
         response: { 200: PageRecordSchema, ...errors(400, 401, 403, 404, 409) },
       },
     },
