@@ -248,6 +248,32 @@ describe.each(testEngines())('pages over REST (%s)', (engine) => {
     expect((await human.post('/api/v1/spaces', { id: 'a/b', name: 'x' })).status).toBe(400);
   });
 
+  it('records the commit message given, refuses an over-long one', async () => {
+    const c = await agent.post('/api/v1/nodes', { path: 'eng/msg/m.md', content: 'x', message: 'Add the m page' });
+    const h = await agent.get(`/api/v1/nodes/${c.body.id}/history`);
+    expect(h.body.versions[0].message).toBe('Add the m page');
+    const long = await agent.put(`/api/v1/nodes/${c.body.id}`, { content: 'y', message: 'm'.repeat(2001) });
+    expect(long.status).toBe(400);
+    expect((await agent.get(`/api/v1/nodes/${c.body.id}`)).body.content).toBe('x');
+  });
+
+  it('tells a signed-in human who they are and where', async () => {
+    const me = await human.get('/api/auth/me');
+    expect(me.status).toBe(200);
+    expect(me.body.workspace).toMatchObject({ id: workspaceId, role: 'owner' });
+    expect(me.body.workspaces).toEqual([expect.objectContaining({ id: workspaceId, role: 'owner' })]);
+    expect(me.body.user.email).toContain('@example.com');
+    // Agents have no web session.
+    const a = await agent.get('/api/auth/me');
+    expect(a.status).toBe(403);
+    expect(a.body.code).toBe('session_required');
+    const v1 = await human.get('/api/v1/me');
+    expect(v1.body).toMatchObject({ kind: 'human', role: 'owner', totp: false });
+    const av1 = await agent.get('/api/v1/me');
+    expect(av1.body.kind).toBe('agent');
+    expect(av1.body.grants.map((g: { action: string }) => g.action)).toEqual(['read', 'write']);
+  });
+
   it('writes real git history: fsck, log and show agree with the API', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'cv-git-'));
     try {
