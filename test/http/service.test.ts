@@ -141,6 +141,28 @@ describe.each(testEngines())('health, OpenAPI and durability (%s)', (engine) => 
     expect(post.responses['201']).toBeTruthy();
   });
 
+  it('gives sessions a 7-day lifetime and ends them when it passes', async () => {
+    const c = new Client(s.url);
+    const res = await fetch(`${s.url}/api/v1/auth/signup`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ email: `life-${Date.now()}@example.com`, password: 'correct horse battery', name: 'Life' }),
+    });
+    const cookie = res.headers.getSetCookie().find((x) => x.startsWith('svc_session='))!;
+    expect(cookie).toMatch(/HttpOnly/i);
+    expect(cookie).toMatch(/SameSite=Lax/i);
+    const expires = Date.parse(/Expires=([^;]+)/i.exec(cookie)![1]!);
+    expect(Math.abs(expires - (Date.now() + 7 * 86_400_000))).toBeLessThan(60_000);
+    c.cookies.set('svc_session', cookie.split(';')[0]!.split('=')[1]!);
+    expect((await c.get('/api/v1/me')).status).toBe(200);
+    // No API can move the clock: age the session row itself.
+    const { principal } = (await res.json()) as { principal: { id: string } };
+    await s.ctx.store.db.updateTable('sessions').set({ expires_at: new Date(Date.now() - 1000).toISOString() }).where('principal_id', '=', principal.id).execute();
+    const after = await c.get('/api/v1/me');
+    expect(after.status).toBe(401);
+    expect(after.body.code).toBe('session_expired');
+  });
+
   it('reports 503 on /readyz when the database is gone', async () => {
     const other = await startTestServer(engine);
     try {
