@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { deflateSync, inflateSync } from 'node:zlib';
-import { badRequest, conflict } from '../core/errors.js';
+import { badRequest, conflict, type ServiceError } from '../core/errors.js';
 import type { Executor } from './db.js';
 
 /**
@@ -47,8 +47,9 @@ export const EMPTY_BLOB_SHA = 'e69de29bb2d1d6434b8b29ae775ad8c2e48c5391';
 
 /**
  * Longest delta chain. A cold read walks at most this many small rows (warm reads hit the tree
- * cache); measured ~70 ms to rebuild a 10,000-entry folder at depth 64 on a loaded 2-CPU box.
- * Longer chains would save little storage (see REBASE_MAX_RATIO) and make cold reads slower.
+ * cache): ~60 ms to rebuild a 10,000-entry folder at depth 64 on a busy 2-CPU machine, about
+ * half of it parsing the full copy. With re-basing (below) a longer chain would save almost no
+ * storage, and 32 would double the re-based deltas written; 64 keeps both small.
  */
 export const MAX_DELTA_DEPTH = 64;
 
@@ -63,8 +64,10 @@ export const MAX_DELTA_DEPTH = 64;
 export const REBASE_MAX_RATIO = 0.1;
 
 /**
- * Upper bound of the decoded-tree cache, in tree entries (~100-150 bytes each, so ~30 MB):
- * enough for the working set of a few very large folders plus every small tree on their paths.
+ * Upper bound of the decoded-tree cache, in tree entries: the working set of a few very large
+ * folders plus every small tree on their paths. Successive versions of a folder share their
+ * unchanged entry objects, so real memory is usually far below the worst case (~250 bytes per
+ * entry, ~50 MB).
  */
 export const TREE_CACHE_MAX_ENTRIES = 200_000;
 
@@ -94,104 +97,143 @@ const HFS_IGNORABLE_RE = /[\u200c-\u200f\u202a-\u202e\u206a-\u206f\ufeff]/g;
 const PLAIN_NAME_RE = /^[\x20-\x7e]{1,255}$/;
 const DOT_GIT_RE = /^(\.git|git~1)[. ]*$/i;
 
+function badName(name: string, why: string): ServiceError {
+  return badRequest(`Invalid path segment ${JSON.stringify(name)}: ${why}`, 'invalid_path');
+}
+
 /** Throws ServiceError 400 for a name git would refuse in a tree (what `git fsck --strict` flags). */
 export function validateName(name: string): void {
-  const bad = (why: string) => badRequest(`Invalid path segment ${JSON.stringify(name)}: ${why}`, 'invalid_path');
-  if (name === '' || name === '.' || name === '..') throw bad('empty, "." or ".."');
-  if (name.includes('/')) throw bad('contains "/"');
+  if (name === '' || name === '.' || name === '..') throw badName(name, 'empty, "." or ".."');
+  if (name.includes('/')) throw badName(name, 'contains "/"');
   if (PLAIN_NAME_RE.test(name)) {
-    if (DOT_GIT_RE.test(name)) throw bad('reserved by git');
+    if (DOT_GIT_RE.test(name)) throw badName(name, 'reserved by git');
     return;
   }
-  if (/[\0\n]/.test(name)) throw bad('contains NUL or a newline');
-  if (Buffer.from(name, 'utf8').toString('utf8') !== name) throw bad('not valid UTF-8');
+  if (/[\0\n]/.test(name)) throw badName(name, 'contains NUL or a newline');
+  if (Buffer.from(name, 'utf8').toString('utf8') !== name) throw badName(name, 'not valid UTF-8');
   // A longer name cannot be checked out on common file systems.
-  if (Buffer.byteLength(name, 'utf8') > 255) throw bad('longer than 255 bytes');
-  if (DOT_GIT_RE.test(name.replace(HFS_IGNORABLE_RE, ''))) throw bad('reserved by git');
+  if (Buffer.byteLength(name, 'utf8') > 255) throw badName(name, 'longer than 255 bytes');
+  if (DOT_GIT_RE.test(name.replace(HFS_IGNORABLE_RE, ''))) throw badName(name, 'reserved by git');
+}
+
+function encodeEntry(mode: TreeMode, name: string, sha: string): Buffer {
+  const buf = Buffer.allocUnsafe(mode.length + Buffer.byteLength(name, 'utf8') + 22);
+  let o = buf.write(mode, 0, 'latin1');
+  buf[o++] = 0x20;
+  o += buf.write(name, o, 'utf8');
+  buf[o++] = 0;
+  buf.write(sha, o, 'hex');
+  return buf;
 }
 
 /**
- * Entries already checked (frozen copies made by sortTreeEntries). Trees of thousands of
- * entries are rewritten on every commit into their folder; re-validating unchanged entries
- * each time would dominate the cost of the commit.
+ * Git compares names as bytes, a directory as if its name ended with '/'. The key is those
+ * UTF-8 bytes as a latin1 string, so plain string comparison gives git's order.
  */
-const validEntries = new WeakSet<TreeEntry>();
-
-function checkedEntry(e: TreeEntry): TreeEntry {
-  if (validEntries.has(e)) return e;
-  if (e.mode !== '100644' && e.mode !== '40000') throw badRequest(`Unsupported tree entry mode ${String(e.mode)}`, 'invalid_object');
-  validateName(e.name);
-  assertSha(e.sha, `tree entry ${JSON.stringify(e.name)}`);
-  const copy = Object.freeze({ mode: e.mode, name: e.name, sha: e.sha });
-  validEntries.add(copy);
-  return copy;
+function sortKeyOf(mode: TreeMode, name: string): string {
+  const key = mode === '40000' ? `${name}/` : name;
+  return PLAIN_NAME_RE.test(name) ? key : Buffer.from(key, 'utf8').toString('latin1');
 }
 
 /**
- * Compares two strings by UTF-8 byte order (git's order) without encoding them: UTF-16 order
- * differs from code-point order only between surrogates and U+E000..U+FFFF.
+ * A validated, immutable entry carrying its encoded bytes and sort key in private fields (so
+ * it still compares, spreads and serialises as a plain {mode, name, sha}). A tree of thousands
+ * of entries is rewritten on every commit into its folder; re-validating, re-encoding and
+ * re-keying the unchanged entries each time would dominate the cost of the commit.
  */
-function compareUtf8(a: string, b: string): number {
-  const n = Math.min(a.length, b.length);
-  for (let i = 0; i < n; i++) {
-    let x = a.charCodeAt(i);
-    let y = b.charCodeAt(i);
-    if (x !== y) {
-      if (x >= 0xd800 && y >= 0xd800) {
-        x = x >= 0xe000 ? x - 0x800 : x + 0x2000;
-        y = y >= 0xe000 ? y - 0x800 : y + 0x2000;
-      }
-      return x - y;
-    }
+class CheckedEntry implements TreeEntry {
+  readonly mode: TreeMode;
+  readonly name: string;
+  readonly sha: string;
+  readonly #encoded: Buffer;
+  readonly #key: string;
+
+  private constructor(mode: TreeMode, name: string, sha: string, encoded: Buffer) {
+    this.mode = mode;
+    this.name = name;
+    this.sha = sha;
+    this.#encoded = encoded;
+    this.#key = sortKeyOf(mode, name);
+    Object.freeze(this);
   }
-  return a.length - b.length;
-}
 
-/** Git sorts a directory as if its name ended with '/'. */
-function sortKey(e: TreeEntry): string {
-  return e.mode === '40000' ? `${e.name}/` : e.name;
+  static of(e: TreeEntry): CheckedEntry {
+    if (e instanceof CheckedEntry) return e;
+    if (e.mode !== '100644' && e.mode !== '40000') throw badRequest(`Unsupported tree entry mode ${String(e.mode)}`, 'invalid_object');
+    validateName(e.name);
+    assertSha(e.sha, `tree entry ${JSON.stringify(e.name)}`);
+    return new CheckedEntry(e.mode, e.name, e.sha, encodeEntry(e.mode, e.name, e.sha));
+  }
+
+  /** From a tree body already split into fields; `encoded` is the entry's own bytes (copied). */
+  static parsed(mode: TreeMode, name: string, sha: string, encoded: Buffer): CheckedEntry {
+    validateName(name);
+    return new CheckedEntry(mode, name, sha, Buffer.from(encoded));
+  }
+
+  get encoded(): Buffer {
+    return this.#encoded;
+  }
+
+  get key(): string {
+    return this.#key;
+  }
 }
 
 function compareEntries(a: TreeEntry, b: TreeEntry): number {
-  return compareUtf8(sortKey(a), sortKey(b));
+  const x = CheckedEntry.of(a).key;
+  const y = CheckedEntry.of(b).key;
+  return x < y ? -1 : x > y ? 1 : 0;
+}
+
+function hasKey(sorted: readonly CheckedEntry[], key: string): boolean {
+  let lo = 0;
+  let hi = sorted.length - 1;
+  while (lo <= hi) {
+    const mid = (lo + hi) >>> 1;
+    const k = sorted[mid]!.key;
+    if (k === key) return true;
+    if (k < key) lo = mid + 1;
+    else hi = mid - 1;
+  }
+  return false;
 }
 
 /** Validates and returns the entries in git order (a new frozen array of frozen entries). */
 export function sortTreeEntries(entries: Iterable<TreeEntry>): readonly TreeEntry[] {
-  const out: TreeEntry[] = [];
-  const names = new Set<string>();
-  let sorted = true;
+  const out: CheckedEntry[] = [];
+  let increasing = true;
+  let prevKey: string | undefined;
   for (const e of entries) {
-    const entry = checkedEntry(e);
-    if (names.has(entry.name)) throw badRequest(`Duplicate tree entry ${JSON.stringify(entry.name)}`, 'invalid_path');
-    names.add(entry.name);
-    const prev = out[out.length - 1];
-    if (sorted && prev && compareEntries(prev, entry) > 0) sorted = false;
+    const entry = CheckedEntry.of(e);
+    const key = entry.key;
+    if (prevKey !== undefined && key <= prevKey) increasing = false;
+    prevKey = key;
     out.push(entry);
   }
   // Rewritten trees arrive mostly in order already; only sort when they are not.
-  if (!sorted) {
-    const keyed = out.map((entry) => ({ key: sortKey(entry), entry }));
-    keyed.sort((p, q) => compareUtf8(p.key, q.key));
-    for (let i = 0; i < keyed.length; i++) out[i] = keyed[i]!.entry;
+  if (!increasing) {
+    out.sort(compareEntries);
+    for (let i = 1; i < out.length; i++) {
+      if (out[i]!.key === out[i - 1]!.key) throw duplicateEntry(out[i]!.name);
+    }
+  }
+  // A file and a folder of one name have different keys ("x", "x/"): look for the file's key.
+  for (const entry of out) {
+    if (entry.mode === '40000' && hasKey(out, entry.key.slice(0, -1))) throw duplicateEntry(entry.name);
   }
   return Object.freeze(out);
 }
 
-/** Encodes entries already validated and sorted, into one buffer. */
+function duplicateEntry(name: string): ServiceError {
+  return badRequest(`Duplicate tree entry ${JSON.stringify(name)}`, 'invalid_path');
+}
+
+/** Encodes entries already validated and sorted. */
 function encodeSorted(entries: readonly TreeEntry[]): Buffer {
-  let size = 0;
-  for (const e of entries) size += e.mode.length + Buffer.byteLength(e.name, 'utf8') + 22;
-  const buf = Buffer.allocUnsafe(size);
-  let o = 0;
-  for (const e of entries) {
-    o += buf.write(e.mode, o, 'latin1');
-    buf[o++] = 0x20;
-    o += buf.write(e.name, o, 'utf8');
-    buf[o++] = 0;
-    o += buf.write(e.sha, o, 'hex');
-  }
-  return buf;
+  const parts: Buffer[] = new Array<Buffer>(entries.length);
+  for (let i = 0; i < entries.length; i++) parts[i] = CheckedEntry.of(entries[i]!).encoded;
+  return Buffer.concat(parts);
 }
 
 export function encodeTree(entries: Iterable<TreeEntry>): Buffer {
@@ -208,7 +250,12 @@ export function parseTree(body: Buffer): TreeEntry[] {
     if (sp < 0 || nul < 0 || nul + 21 > body.length) throw badRequest('Truncated tree object', 'invalid_object');
     const mode = body.toString('latin1', i, sp);
     if (mode !== '100644' && mode !== '40000') throw badRequest(`Unsupported tree entry mode ${mode}`, 'invalid_object');
-    out.push({ mode, name: body.toString('utf8', sp + 1, nul), sha: body.toString('hex', nul + 1, nul + 21) });
+    const name = body.toString('utf8', sp + 1, nul);
+    // A name that is not UTF-8 would decode to something else than its bytes.
+    if (!PLAIN_NAME_RE.test(name) && !Buffer.from(name, 'utf8').equals(body.subarray(sp + 1, nul))) {
+      throw badRequest('Tree entry name is not valid UTF-8', 'invalid_object');
+    }
+    out.push(CheckedEntry.parsed(mode, name, body.toString('hex', nul + 1, nul + 21), body.subarray(i, nul + 21)));
     i = nul + 21;
   }
   return out;

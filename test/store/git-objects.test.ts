@@ -120,6 +120,14 @@ describe('git encoding (pure)', () => {
       expectServiceError(() => encodeTree([file(name, EMPTY_BLOB_SHA)]), 400);
     }
     expectServiceError(() => encodeTree([file('a', EMPTY_BLOB_SHA), dir('a', EMPTY_TREE_SHA)]), 400);
+    expectServiceError(() => encodeTree([file('a', EMPTY_BLOB_SHA), file('b', EMPTY_BLOB_SHA), file('a', EMPTY_TREE_SHA)]), 400);
+    expectServiceError(() => encodeTree([dir('x', EMPTY_TREE_SHA), file('x-1', EMPTY_BLOB_SHA), file('x', EMPTY_BLOB_SHA)]), 400);
+    // Trees read from outside (a push) are held to the same rules, and must be UTF-8.
+    const sha = Buffer.from(EMPTY_BLOB_SHA, 'hex');
+    expectServiceError(() => parseTree(Buffer.concat([Buffer.from('100644 .git\0'), sha])), 400);
+    expectServiceError(() => parseTree(Buffer.concat([Buffer.from('100644 caf'), Buffer.from([0xe9, 0]), sha])), 400);
+    expectServiceError(() => parseTree(Buffer.concat([Buffer.from('100755 run.sh\0'), sha])), 400);
+    expectServiceError(() => parseTree(Buffer.from('100644 truncated\0abc')), 400);
     expectServiceError(() => encodeTree([file('a', 'not-a-sha')]), 400);
     expect(() => validateName('.gitignore')).not.toThrow();
     expect(() => validateName('page.md')).not.toThrow();
