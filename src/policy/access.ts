@@ -84,3 +84,13 @@ export function baseCeiling(p: Principal, now = new Date()): Level {
   if (p.kind === 'human') return minLevel(p.role ? ROLE_CEILING[p.role] : 'public', p.keyCeiling);
   return minLevel(p.agentCeiling ?? 'internal', p.keyCeiling, isElevated(p, now) ? 'secret' : AGENT_CAP);
 }
+
+/** Step-up lasts five minutes (spec §8). */
+export const STEP_UP_MS = 5 * 60 * 1000;
+
+/** True when a human stepped up within the last five minutes; agents never can. */
+export function hasStepUp(p: Principal, now = new Date()): boolean {
+  if (p.kind !== 'human' || !p.stepUpAt) return false;
+  const age = now.getTime() - Date.parse(p.stepUpAt);
+  return age >= 0 && age < STEP_UP_MS;
+}

@@ -1,6 +1,7 @@
 import { sql, type Kysely } from 'kysely';
 import type { Dialect } from './db.js';
 import * as m001 from './migrations/001_initial.js';
+import * as m002 from './migrations/002_identity.js';
 
 interface Migration {
   name: string;
@@ -8,7 +9,10 @@ interface Migration {
 }
 
 /** Ordered list; append only. Each runs in its own transaction and is recorded once. */
-const MIGRATIONS: Migration[] = [{ name: '001_initial', up: m001.up }];
+const MIGRATIONS: Migration[] = [
+  { name: '001_initial', up: m001.up },
+  { name: '002_identity', up: m002.up },
+];
 
 export async function migrate<T>(db: Kysely<T>, dialect: Dialect): Promise<string[]> {
   const k = db as unknown as Kysely<unknown>;

@@ -24,6 +24,9 @@ export interface PrincipalsTable {
   ceiling: string | null;
   created_at: string;
   deleted_at: string | null;
+  totp_secret: string | null;
+  totp_enabled_at: string | null;
+  totp_last_step: number | null;
 }
 
 export interface MembersTable {
@@ -44,6 +47,8 @@ export interface SessionsTable {
   expires_at: string;
   revoked_at: string | null;
   stepup_at: string | null;
+  /** Set while the session waits for its second factor: 'totp' or 'totp_enroll'. */
+  pending: string | null;
 }
 
 export interface AgentKeysTable {
@@ -170,6 +175,50 @@ export interface AuditLogTable {
 }
 
 
+export interface InvitesTable {
+  id: string;
+  workspace_id: string;
+  token_hash: string;
+  role: 'owner' | 'editor' | 'viewer';
+  email: string | null;
+  created_by: string;
+  created_at: string;
+  expires_at: string;
+  revoked_at: string | null;
+  accepted_at: string | null;
+  accepted_by: string | null;
+}
+
+export interface ElevationsTable {
+  id: string;
+  workspace_id: string;
+  agent_id: string;
+  granted_by: string;
+  reason: string;
+  created_at: string;
+  expires_at: string;
+  revoked_at: string | null;
+}
+
+export interface GitTokensTable {
+  id: string;
+  principal_id: string;
+  workspace_id: string;
+  name: string;
+  token_hash: string;
+  hint: string;
+  epoch: number;
+  created_at: string;
+  expires_at: string;
+  revoked_at: string | null;
+}
+
+export interface RateLimitsTable {
+  bucket: string;
+  tokens: number;
+  updated_ms: number;
+}
+
 export interface DB {
   workspaces: WorkspacesTable;
   principals: PrincipalsTable;
@@ -185,4 +234,8 @@ export interface DB {
   git_objects: GitObjectsTable;
   git_refs: GitRefsTable;
   audit_log: AuditLogTable;
+  invites: InvitesTable;
+  elevations: ElevationsTable;
+  git_tokens: GitTokensTable;
+  rate_limits: RateLimitsTable;
 }
