@@ -5,6 +5,7 @@ import { findWorkspace } from '../core/workspaces.js';
 import type { Action, Grant, Principal, Role } from '../policy/principal.js';
 import { isLevel, type Level } from '../policy/sensitivity.js';
 import { hashSecret, safeEqual } from './secrets.js';
+import { SESSION_IDLE_MS } from './sessions.js';
 
 /** The parts of a request that identify the caller; faces fill it from their transport. */
 export interface Credentials {
@@ -17,9 +18,11 @@ export interface Credentials {
   ip: string;
   /** Workspace asked for by header or query (id or slug). */
   workspace: string | undefined;
+  /** Routes of the second login step accept a session still waiting for TOTP. */
+  allowPending?: boolean;
 }
 
-/** How fresh a key's last_used_at is kept. */
+/** How fresh a key's last_used_at and a session's last_seen_at are kept. */
 const KEY_USE_RESOLUTION_MS = 60_000;
 
 function toLevel(v: string | null): Level | null {
@@ -76,6 +79,13 @@ async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): P
     throw notFound(`Workspace ${c.workspace} not found`, 'workspace_not_found');
   }
   const now = Date.now();
+  const elevation = await db
+    .selectFrom('elevations')
+    .select((eb) => eb.fn.max('expires_at').as('until'))
+    .where('agent_id', '=', key.principalId)
+    .where('revoked_at', 'is', null)
+    .where('expires_at', '>', new Date(now).toISOString())
+    .executeTakeFirst();
   if (!key.last_used_at || now - Date.parse(key.last_used_at) > KEY_USE_RESOLUTION_MS) {
     // At most one write per key per minute: a hot key must not put an fsync on every request.
     await db.updateTable('agent_keys').set({ last_used_at: new Date(now).toISOString() }).where('id', '=', key.keyId).execute();
@@ -94,7 +104,7 @@ async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): P
     sessionId: null,
     keyId: key.keyId,
     stepUpAt: null,
-    elevatedUntil: null,
+    elevatedUntil: elevation?.until ?? null,
     createdBy: key.created_by,
   };
 }
@@ -112,13 +122,22 @@ async function fromSession(ctx: CoreContext, token: string, c: Credentials): Pro
       'sessions.expires_at',
       'sessions.revoked_at',
       'sessions.stepup_at',
+      'sessions.pending',
+      'sessions.last_seen_at',
       'principals.name',
       'principals.deleted_at',
     ])
     .where('sessions.token_hash', '=', hashSecret(token))
     .executeTakeFirst();
-  if (!s || s.revoked_at || s.deleted_at || Date.parse(s.expires_at) <= Date.now()) {
+  const now = Date.now();
+  if (!s || s.revoked_at || s.deleted_at || Date.parse(s.expires_at) <= now || now - Date.parse(s.last_seen_at) > SESSION_IDLE_MS) {
     throw unauthorized('The session has ended; sign in again', 'session_expired');
+  }
+  if (s.pending && !c.allowPending) {
+    // A session waiting for its second factor can do nothing but finish signing in.
+    throw s.pending === 'totp'
+      ? unauthorized('Enter your TOTP code (POST /api/auth/totp/verify) to finish signing in', 'totp_required')
+      : unauthorized('Enrol TOTP (POST /api/auth/totp/enroll) to finish signing in', 'totp_enroll_required');
   }
   if (c.unsafe) {
     // Double submit, bound to the session: header == cookie == the session's own token.
@@ -126,6 +145,9 @@ async function fromSession(ctx: CoreContext, token: string, c: Credentials): Pro
     if (!h || !safeEqual(h, s.csrf_token) || (c.csrfCookie !== undefined && !safeEqual(c.csrfCookie, h))) {
       throw forbidden('Missing or wrong X-CSRF-Token header (echo the svc_csrf cookie)', 'csrf_failed');
     }
+  }
+  if (now - Date.parse(s.last_seen_at) > KEY_USE_RESOLUTION_MS) {
+    await db.updateTable('sessions').set({ last_seen_at: new Date(now).toISOString() }).where('id', '=', s.id).execute();
   }
   let workspaceId = s.workspace_id;
   if (c.workspace) {

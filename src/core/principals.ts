@@ -1,6 +1,6 @@
 import { isIP } from 'node:net';
 import { hashSecret, newSecret, secretHint } from '../auth/secrets.js';
-import { canGrant, canManageAgent, ROLE_CEILING, seesPrincipalDetails } from '../policy/access.js';
+import { canGrant, canManageAgent, grantingNeedsStepUp, hasStepUp, ROLE_CEILING, seesPrincipalDetails } from '../policy/access.js';
 import type { Grant, Principal } from '../policy/principal.js';
 import { atOrBelow, type Level } from '../policy/sensitivity.js';
 import { inTransaction } from '../store/tx.js';
@@ -29,6 +29,12 @@ export interface PrincipalSummary {
   ceiling?: string | null;
   creator?: string | null;
   created_at?: string;
+}
+
+function requireStepUpForSecret(p: Principal, grants: Grant[], ceiling?: Level | null): void {
+  if (grantingNeedsStepUp(grants, ceiling) && !hasStepUp(p)) {
+    throw forbidden('Granting secret needs a step-up within the last 5 minutes (POST /api/auth/stepup)', 'step_up_required');
+  }
 }
 
 function requireHuman(p: Principal, what: string): asserts p is Principal & { role: NonNullable<Principal['role']> } {
@@ -88,6 +94,7 @@ export async function createAgent(
     throw forbidden(`Agent ceiling ${input.ceiling} is above your role's ceiling`, 'grant_exceeds_role');
   }
   const grants = checkGrants(p, input.grants);
+  requireStepUpForSecret(p, grants, input.ceiling);
   const id = newId.principal();
   const now = nowIso();
   await inTransaction(ctx.store, p.workspaceId, async (trx) => {
@@ -189,6 +196,7 @@ export async function replaceGrants(ctx: CoreContext, p: Principal, id: string, 
   requireHuman(p, 'change grants');
   await manageable(ctx, p, id);
   const checked = checkGrants(p, grants);
+  requireStepUpForSecret(p, checked);
   await inTransaction(ctx.store, p.workspaceId, async (trx) => {
     await writeGrants(trx, id, checked);
     await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'agent.grants', detail: { agent: id, grants: checked } });

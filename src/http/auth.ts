@@ -6,10 +6,11 @@ import { forbidden, unauthorized } from '../core/errors.js';
 import type { Principal } from '../policy/principal.js';
 
 /**
- * Who may call a route: `public` (nobody checked), `session` (a signed-in human), or
+ * Who may call a route: `public` (nobody checked), `session` (a signed-in human),
+ * `pending` (a human session, even one still waiting for its second factor), or
  * `principal` (a human session or an agent key). Declared per route in `config.auth`.
  */
-export type RouteAuth = 'public' | 'session' | 'principal';
+export type RouteAuth = 'public' | 'session' | 'pending' | 'principal';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -42,8 +43,9 @@ export function registerAuth(app: FastifyInstance, ctx: CoreContext): void {
       unsafe: UNSAFE.has(req.method),
       ip: req.ip,
       workspace: headerValue(req.headers['x-service-workspace']) ?? (typeof query?.workspace === 'string' ? query.workspace : undefined),
+      allowPending: mode === 'pending',
     });
-    if (mode === 'session' && principal.via !== 'session') throw forbidden('This needs a signed-in human (web session)', 'session_required');
+    if ((mode === 'session' || mode === 'pending') && principal.via !== 'session') throw forbidden('This needs a signed-in human (web session)', 'session_required');
     req.principal = principal;
   });
 }

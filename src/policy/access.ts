@@ -94,3 +94,8 @@ export function hasStepUp(p: Principal, now = new Date()): boolean {
   const age = now.getTime() - Date.parse(p.stepUpAt);
   return age >= 0 && age < STEP_UP_MS;
 }
+
+/** Granting secret reach (a secret grant or agent ceiling) is a `+U` act. */
+export function grantingNeedsStepUp(grants: readonly Grant[], agentCeiling?: Level | null): boolean {
+  return agentCeiling === 'secret' || grants.some((g) => g.ceiling === 'secret');
+}

@@ -1,5 +1,5 @@
 import { forbidden, ServiceError } from '../core/errors.js';
-import { ceilingFor, visibleUnder } from './access.js';
+import { ceilingFor, hasStepUp, scopeCovers, visibleUnder } from './access.js';
 import type { Principal } from './principal.js';
 import { atOrBelow, isLevel, type Level } from './sensitivity.js';
 
@@ -17,6 +17,11 @@ export interface PageFacts {
 export type Decision = { kind: 'allow' } | { kind: 'deny'; error: ServiceError };
 
 const allow: Decision = { kind: 'allow' };
+
+/** A `+U` gate: humans step up (POST /api/auth/stepup); agents never can. */
+export function stepUpNeeded(what: string): Decision {
+  return { kind: 'deny', error: forbidden(`${what} needs a step-up within the last 5 minutes (POST /api/auth/stepup)`, 'step_up_required') };
+}
 const deny = (message: string, code = 'forbidden'): Decision => ({ kind: 'deny', error: forbidden(message, code) });
 
 function level(v: string | null): Level | null {
@@ -64,13 +69,15 @@ export function decideWrite(p: Principal, current: PageFacts | null, next: PageF
   return allow;
 }
 
-/** Delete: a human owner (step-up arrives with the identity issue), or an agent with an admin grant. */
-export function decideDelete(p: Principal, page: PageFacts): Decision {
-  if (p.kind === 'human') {
-    return p.role === 'owner' ? allow : deny('Only a workspace owner may delete pages');
-  }
-  const ceiling = ceilingFor(p, 'admin', page.path);
-  if (ceiling === null) return deny(`No admin grant covers ${page.path}`);
+/**
+ * Delete: a human who may write the page and stepped up in the last five minutes, or an
+ * agent with an admin grant over it.
+ */
+export function decideDelete(p: Principal, page: PageFacts, now = new Date()): Decision {
+  const human = p.kind === 'human';
+  const ceiling = ceilingFor(p, human ? 'write' : 'admin', page.path);
+  if (ceiling === null) return deny(human ? 'Deleting needs write access (editor or owner)' : `No admin grant covers ${page.path}`);
+  if (human && !hasStepUp(p, now)) return stepUpNeeded('Deleting a page');
   const sens = level(page.sensitivity) ?? 'secret';
   const block = level(page.blockLevel);
   if (!atOrBelow(sens, ceiling) || (block && !atOrBelow(block, ceiling))) {
@@ -87,4 +94,19 @@ export function canDiff(p: Principal, path: string): boolean {
 /** Throws the decision's error when it is not an allow. */
 export function enforce(d: Decision): void {
   if (d.kind === 'deny') throw d.error;
+}
+
+/**
+ * A move widens the audience when some agent grant can read the new path but not the old
+ * one. Humans see by role, not by path, so only agents' read grants matter.
+ */
+export function widensAudience(readGrantScopes: readonly string[], from: string, to: string): boolean {
+  return readGrantScopes.some((scope) => scopeCovers(scope, to) && !scopeCovers(scope, from));
+}
+
+/** Moving to a wider audience needs a step-up (agents: refused here; proposals come later). */
+export function decideMove(p: Principal, widens: boolean, now = new Date()): Decision {
+  if (!widens) return allow;
+  if (p.kind === 'human' && hasStepUp(p, now)) return allow;
+  return stepUpNeeded('Moving a page where more agents can read it');
 }

@@ -202,9 +202,11 @@ describe.each(testEngines())('pages over REST (%s)', (engine) => {
     expect(d.body.diff).toContain('+two');
     expect(d.body).toMatchObject({ from_content: 'one\n', to_content: 'two\n' });
 
-    // Delete needs admin for an agent, and an owner for a human.
+    // Delete needs admin for an agent, and a step-up for a human.
     const del1 = await agent.delete(`/api/v1/nodes/${c.body.id}`);
     expect(del1.status).toBe(403);
+    expect((await human.delete(`/api/v1/nodes/${c.body.id}`)).body.code).toBe('step_up_required');
+    expect((await human.post('/api/auth/stepup', { password: 'correct horse battery' })).status).toBe(200);
     const del = await human.delete(`/api/v1/nodes/${c.body.id}`);
     expect(del.status).toBe(200);
     expect(del.body).toMatchObject({ deleted: true, id: c.body.id, path: 'eng/hist/h2.md' });

@@ -47,9 +47,16 @@ describe('role ceilings and actions (humans)', () => {
     expect(baseCeiling(p)).toBe(ceiling);
   });
 
-  it('only owners delete and diff', () => {
-    expect(decideDelete(human('owner'), page('a/b.md', 'secret')).kind).toBe('allow');
-    expect(decideDelete(human('editor'), page('a/b.md', 'public')).kind).toBe('deny');
+  it('deletes need write and a fresh step-up; only owners diff', () => {
+    const fresh = new Date(Date.now() - 60_000).toISOString();
+    const stale = new Date(Date.now() - 6 * 60_000).toISOString();
+    expect(decideDelete({ ...human('owner'), stepUpAt: fresh }, page('a/b.md', 'secret')).kind).toBe('allow');
+    expect(decideDelete({ ...human('editor'), stepUpAt: fresh }, page('a/b.md', 'confidential')).kind).toBe('allow');
+    expect(decideDelete({ ...human('editor'), stepUpAt: fresh }, page('a/b.md', 'secret')).kind).toBe('deny');
+    const noStep = decideDelete(human('owner'), page('a/b.md', 'public'));
+    expect(noStep.kind === 'deny' && noStep.error.code).toBe('step_up_required');
+    expect(decideDelete({ ...human('owner'), stepUpAt: stale }, page('a/b.md', 'public')).kind).toBe('deny');
+    expect(decideDelete({ ...human('viewer'), stepUpAt: fresh }, page('a/b.md', 'public')).kind).toBe('deny');
     expect(canDiff(human('owner'), 'a/b.md')).toBe(true);
     expect(canDiff(human('editor'), 'a/b.md')).toBe(false);
   });

@@ -1,5 +1,5 @@
 import { serializeDocument, parseDocument, setFrontmatterFields } from '../../markdown/index.js';
-import { decideDelete, decideWrite, enforce, type PageFacts } from '../../policy/pages.js';
+import { decideDelete, decideMove, decideWrite, enforce, widensAudience, type PageFacts } from '../../policy/pages.js';
 import type { Principal } from '../../policy/principal.js';
 import type { Transaction } from 'kysely';
 import type { DB, PagesTable } from '../../store/schema.js';
@@ -264,6 +264,15 @@ export async function movePage(ctx: CoreContext, p: Principal, ref: string, to: 
     if (current.path === target.path) throw badRequest(`The page is already at ${target.path}`, 'invalid_request');
     const content = analyzeContent(current.content, target.slug);
     enforce(decideWrite(p, rowFacts(current), facts(target.path, content)));
+    const readScopes = await trx
+      .selectFrom('grants')
+      .innerJoin('principals', 'principals.id', 'grants.principal_id')
+      .select('grants.scope')
+      .where('principals.workspace_id', '=', p.workspaceId)
+      .where('principals.deleted_at', 'is', null)
+      .where('grants.action', '=', 'read')
+      .execute();
+    enforce(decideMove(p, widensAudience(readScopes.map((g) => g.scope), current.path, target.path)));
     await assertPathFree(trx, p.workspaceId, target.path);
     return commitPage(trx, p, { action: 'move', existing: current, target, content, message });
   });

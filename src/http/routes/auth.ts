@@ -1,12 +1,23 @@
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { closeSession, CSRF_COOKIE, openSession, SESSION_COOKIE, type NewSession } from '../../auth/sessions.js';
-import { checkCredentials, signup } from '../../core/accounts.js';
+import {
+  activateSession,
+  closeSession,
+  CSRF_COOKIE,
+  listSessions,
+  openSession,
+  revokeOwnSession,
+  SESSION_COOKIE,
+  type NewSession,
+} from '../../auth/sessions.js';
+import { beginLogin, signup } from '../../core/accounts.js';
+import { notFound } from '../../core/errors.js';
+import { enrollTotp, stepUp, verifyLoginCode } from '../../core/second-factor.js';
 import type { CoreContext } from '../../core/context.js';
 import { workspacesOf } from '../../core/workspaces.js';
 import { caller } from '../auth.js';
-import { errors } from '../schemas.js';
+import { errors, optionalBody } from '../schemas.js';
 
 const SignupBody = z.strictObject({
   email: z.email().max(254),
@@ -17,11 +28,13 @@ const SignupBody = z.strictObject({
 
 const LoginBody = z.strictObject({ email: z.string().max(254), password: z.string().max(1024) });
 
-const SessionResult = z.object({
+const LoginResult = z.object({
+  status: z.enum(['ok', 'totp_required', 'totp_enroll_required']).describe('ok: signed in; otherwise the session is pending until the second step'),
   principal: z.object({ id: z.string(), name: z.string(), email: z.string() }),
   workspace: z.object({ id: z.string(), slug: z.string(), name: z.string() }),
-  csrf_token: z.string().describe('Echo it in X-CSRF-Token on every unsafe request (also set as the svc_csrf cookie)'),
+  csrf_token: z.string(),
 });
+
 
 /** Sets the HttpOnly session cookie and the readable CSRF cookie. */
 function setSessionCookies(ctx: CoreContext, reply: FastifyReply, s: NewSession): void {
@@ -29,6 +42,8 @@ function setSessionCookies(ctx: CoreContext, reply: FastifyReply, s: NewSession)
   reply.setCookie(SESSION_COOKIE, s.token, { httpOnly: true, sameSite: 'lax', path: '/', secure, expires: s.expiresAt });
   reply.setCookie(CSRF_COOKIE, s.csrf, { httpOnly: false, sameSite: 'lax', path: '/', secure, expires: s.expiresAt });
 }
+
+export { setSessionCookies };
 
 export async function authRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
   const r = app.withTypeProvider<ZodTypeProvider>();
@@ -43,14 +58,16 @@ export async function authRoutes(app: FastifyInstance, ctx: CoreContext): Promis
           summary: 'Create an account and its own workspace (you are its owner); signs you in',
           hide: url !== '/api/v1/auth/signup',
           body: SignupBody,
-          response: { 201: SessionResult, ...errors(400, 403, 409) },
+          response: { 201: LoginResult, ...errors(400, 403, 409, 429) },
         },
       },
       async (req, reply) => {
         const { principalId, workspace } = await signup(ctx, req.body);
-        const s = await openSession(ctx, principalId, workspace.id);
+        const pending = ctx.config.requireTotp ? ('totp_enroll' as const) : null;
+        const s = await openSession(ctx, principalId, workspace.id, pending);
         setSessionCookies(ctx, reply, s);
         return reply.code(201).send({
+          status: pending ? ('totp_enroll_required' as const) : ('ok' as const),
           principal: { id: principalId, name: req.body.name, email: req.body.email.trim().toLowerCase() },
           workspace: { id: workspace.id, slug: workspace.slug, name: workspace.name },
           csrf_token: s.csrf,
@@ -63,22 +80,138 @@ export async function authRoutes(app: FastifyInstance, ctx: CoreContext): Promis
     '/api/auth/login',
     {
       config: { auth: 'public' },
-      schema: { tags: ['auth'], summary: 'Sign in with email and password', body: LoginBody, response: { 200: SessionResult, ...errors(400, 401) } },
+      schema: {
+        tags: ['auth'],
+        summary: 'Sign in with email and password; may answer totp_required or totp_enroll_required',
+        body: LoginBody,
+        response: { 200: LoginResult, ...errors(400, 401, 429) },
+      },
     },
     async (req, reply) => {
-      const principalId = await checkCredentials(ctx, req.body.email, req.body.password);
-      const wss = await workspacesOf(ctx.store.db, principalId);
-      const who = await ctx.store.db.selectFrom('principals').select(['name', 'email']).where('id', '=', principalId).executeTakeFirstOrThrow();
-      const ws = wss[0]!;
-      const s = await openSession(ctx, principalId, ws.id);
+      const login = await beginLogin(ctx, req.body.email, req.body.password);
+      const s = await openSession(ctx, login.principalId, login.workspace.id, login.pendingKind);
       setSessionCookies(ctx, reply, s);
-      return { principal: { id: principalId, name: who.name, email: who.email ?? '' }, workspace: { id: ws.id, slug: ws.slug, name: ws.name }, csrf_token: s.csrf };
+      return {
+        status: login.pending ?? ('ok' as const),
+        principal: login.principal,
+        workspace: { id: login.workspace.id, slug: login.workspace.slug, name: login.workspace.name },
+        csrf_token: s.csrf,
+      };
+    },
+  );
+
+  r.post(
+    '/api/auth/totp/verify',
+    {
+      config: { auth: 'pending' },
+      schema: {
+        tags: ['auth'],
+        summary: 'Second login step: a TOTP code turns the pending session into an active one',
+        body: z.strictObject({ code: z.string().max(16) }),
+        response: { 200: LoginResult, ...errors(400, 401, 403, 409, 429) },
+      },
+    },
+    async (req, reply) => {
+      const p = caller(req);
+      await verifyLoginCode(ctx, p.id, p.sessionId!, req.body.code);
+      const expiresAt = await activateSession(ctx, p.sessionId!);
+      // Re-issue the cookies with the full lifetime now that the session is active.
+      const token = req.cookies[SESSION_COOKIE]!;
+      const csrf = req.cookies[CSRF_COOKIE] ?? '';
+      setSessionCookies(ctx, reply, { id: p.sessionId!, token, csrf, expiresAt });
+      const who = await ctx.store.db.selectFrom('principals').select(['name', 'email']).where('id', '=', p.id).executeTakeFirstOrThrow();
+      return {
+        status: 'ok' as const,
+        principal: { id: p.id, name: who.name, email: who.email ?? '' },
+        workspace: { id: p.workspaceId, slug: p.workspaceSlug, name: p.workspaceSlug },
+        csrf_token: csrf,
+      };
+    },
+  );
+
+  r.post(
+    '/api/auth/totp/enroll',
+    {
+      config: { auth: 'pending' },
+      schema: {
+        tags: ['auth'],
+        summary: 'Without a code: a new secret and its otpauth:// URI. With a code: confirm and enable TOTP',
+        body: optionalBody(z.strictObject({ code: z.string().max(16).optional() })),
+        response: {
+          200: z.object({ enabled: z.boolean(), otpauth_uri: z.string().optional(), secret: z.string().optional() }),
+          ...errors(400, 401, 403, 409),
+        },
+      },
+    },
+    async (req, reply) => {
+      const p = caller(req);
+      const result = await enrollTotp(ctx, p, req.body.code);
+      if (result.enabled && p.sessionId) {
+        // A session that was pending on enrolment is active now: give it the full lifetime.
+        const expiresAt = await activateSession(ctx, p.sessionId);
+        setSessionCookies(ctx, reply, { id: p.sessionId, token: req.cookies[SESSION_COOKIE]!, csrf: req.cookies[CSRF_COOKIE] ?? '', expiresAt });
+      }
+      return result;
+    },
+  );
+
+  r.post(
+    '/api/auth/stepup',
+    {
+      config: { auth: 'session' },
+      schema: {
+        tags: ['auth'],
+        summary: 'Step up for 5 minutes with a TOTP code, or the password when TOTP is not enrolled',
+        body: z.strictObject({ code: z.string().max(16).optional(), password: z.string().max(1024).optional() }),
+        response: { 200: z.object({ step_up_until: z.string() }), ...errors(400, 401, 403) },
+      },
+    },
+    async (req) => ({ step_up_until: (await stepUp(ctx, caller(req), req.body)).until }),
+  );
+
+  r.get(
+    '/api/auth/sessions',
+    {
+      config: { auth: 'session' },
+      schema: {
+        tags: ['auth'],
+        summary: 'Your active sessions',
+        response: {
+          200: z.object({
+            sessions: z.array(
+              z.object({ id: z.string(), created_at: z.string(), last_seen_at: z.string(), expires_at: z.string(), pending: z.boolean(), current: z.boolean() }),
+            ),
+          }),
+          ...errors(401, 403),
+        },
+      },
+    },
+    async (req) => {
+      const p = caller(req);
+      return { sessions: await listSessions(ctx, p.id, p.sessionId) };
+    },
+  );
+
+  r.delete(
+    '/api/auth/sessions/:id',
+    {
+      config: { auth: 'session' },
+      schema: {
+        tags: ['auth'],
+        summary: 'End one of your own sessions',
+        params: z.object({ id: z.string().min(1).max(100) }),
+        response: { 200: z.object({ revoked: z.literal(true), id: z.string() }), ...errors(401, 403, 404) },
+      },
+    },
+    async (req) => {
+      if (!(await revokeOwnSession(ctx, caller(req).id, req.params.id))) throw notFound(`Session ${req.params.id} not found`);
+      return { revoked: true as const, id: req.params.id };
     },
   );
 
   r.post(
     '/api/auth/logout',
-    { config: { auth: 'session' }, schema: { tags: ['auth'], summary: 'End this session and clear its cookies', response: { 200: z.object({ ok: z.literal(true) }), ...errors(401, 403) } } },
+    { config: { auth: 'pending' }, schema: { tags: ['auth'], summary: 'End this session and clear its cookies', response: { 200: z.object({ ok: z.literal(true) }), ...errors(401, 403) } } },
     async (req, reply) => {
       await closeSession(ctx, caller(req).sessionId!);
       reply.clearCookie(SESSION_COOKIE, { path: '/' });

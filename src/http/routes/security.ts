@@ -1,0 +1,67 @@
+import type { FastifyInstance } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import type { CoreContext } from '../../core/context.js';
+import { elevate, ELEVATION_MAX_MINUTES, GIT_TOKEN_MAX_DAYS, lockdown, mintGitToken } from '../../core/security.js';
+import { caller } from '../auth.js';
+import { errors } from '../schemas.js';
+
+/** Lockdown, elevations and git tokens: the `+U` acts of the spec. */
+export async function securityRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
+  const r = app.withTypeProvider<ZodTypeProvider>();
+
+  r.post(
+    '/api/v1/workspaces/:ws/lockdown',
+    {
+      config: { auth: 'session' },
+      schema: {
+        tags: ['identity'],
+        summary: 'Owner, step-up: every agent key, git token and OAuth token of the workspace dies; other sessions are dropped',
+        params: z.object({ ws: z.string().min(1).max(100) }),
+        response: { 200: z.object({ workspace: z.string(), token_epoch: z.number(), sessions_dropped: z.number() }), ...errors(401, 403, 404) },
+      },
+    },
+    async (req) => lockdown(ctx, caller(req), req.params.ws),
+  );
+
+  r.post(
+    '/api/v1/elevations',
+    {
+      config: { auth: 'session' },
+      schema: {
+        tags: ['agents'],
+        summary: 'Owner, step-up: raise one agent to secret for a bounded time',
+        body: z.strictObject({
+          agent_id: z.string().min(1).max(100),
+          minutes: z.number().int().min(1).max(ELEVATION_MAX_MINUTES).default(60),
+          reason: z.string().trim().min(1).max(500),
+        }),
+        response: {
+          201: z.object({ id: z.string(), agent_id: z.string(), reason: z.string(), created_at: z.string(), expires_at: z.string() }),
+          ...errors(400, 401, 403, 404),
+        },
+      },
+    },
+    async (req, reply) => reply.code(201).send(await elevate(ctx, caller(req), req.body)),
+  );
+
+  r.post(
+    '/api/v1/me/git-tokens',
+    {
+      config: { auth: 'session' },
+      schema: {
+        tags: ['identity'],
+        summary: 'Step-up: mint your own git token (gt_…, HTTP Basic password on /git only); shown once',
+        body: z.strictObject({
+          name: z.string().trim().min(1).max(100).default('git'),
+          expires_in_days: z.number().int().min(1).max(GIT_TOKEN_MAX_DAYS).default(GIT_TOKEN_MAX_DAYS),
+        }),
+        response: {
+          201: z.object({ id: z.string(), name: z.string(), hint: z.string(), created_at: z.string(), expires_at: z.string(), token: z.string() }),
+          ...errors(400, 401, 403),
+        },
+      },
+    },
+    async (req, reply) => reply.code(201).send(await mintGitToken(ctx, caller(req), req.body)),
+  );
+}
