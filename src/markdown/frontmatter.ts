@@ -109,6 +109,12 @@ export function parseDocument(raw: string): ParsedDocument {
   return { frontmatter: toRecord(loadYaml(span)), body: raw.slice(span.bodyStart), bodyLine: span.bodyLine };
 }
 
+/** The body alone, without parsing the YAML: for callers that already hold the parsed frontmatter. */
+export function documentBody(raw: string): string {
+  const span = locate(raw);
+  return span ? raw.slice(span.bodyStart) : raw;
+}
+
 /** Does the body's first line look like an opening fence, so it would be read as frontmatter? */
 function startsWithFence(body: string): boolean {
   const starts = lineStarts(body);

@@ -1,4 +1,4 @@
-export { parseDocument, serializeDocument, setFrontmatterFields, type ParsedDocument } from './frontmatter.js';
+export { documentBody, parseDocument, serializeDocument, setFrontmatterFields, type ParsedDocument } from './frontmatter.js';
 export {
   extractTitle,
   extractTags,

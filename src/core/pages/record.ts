@@ -1,4 +1,4 @@
-import { findSection, redactDocument } from '../../markdown/index.js';
+import { documentBody, findSection, redactDocument } from '../../markdown/index.js';
 import { blockVisibility } from '../../policy/pages.js';
 import type { Principal } from '../../policy/principal.js';
 import { atOrBelow, isLevel } from '../../policy/sensitivity.js';
@@ -53,7 +53,9 @@ export type PageRow = Pick<
   | 'last_touched_at'
   | 'created_by'
   | 'updated_by'
->;
+> &
+  /** What the write path already derived and stored; absent for older versions read with `at=`. */
+  Partial<Pick<PagesTable, 'title' | 'frontmatter' | 'tags' | 'links' | 'state'>>;
 
 function slugOf(path: string): string {
   return (path.split('/').pop() ?? path).replace(/\.md$/, '');
@@ -69,7 +71,18 @@ export function presentPage(p: Principal, row: PageRow, opts: { section?: string
   const blockLevel = isLevel(row.block_level) ? row.block_level : null;
   const redacted = blockLevel !== null && !atOrBelow(blockLevel, ceiling);
   const content = redacted ? redactDocument(row.content, blockVisibility(p, row.path)) : row.content;
-  const a = analyzeContent(content, slugOf(row.path));
+  // Unredacted current pages reuse what the write stored: no markdown parse on the read path.
+  const a =
+    !redacted && row.title !== undefined && row.frontmatter !== undefined && row.tags !== undefined && row.links !== undefined && row.state !== undefined
+      ? {
+          title: row.title,
+          body: documentBody(content),
+          frontmatter: JSON.parse(row.frontmatter) as Record<string, unknown>,
+          tags: JSON.parse(row.tags) as string[],
+          links: JSON.parse(row.links) as PageRecord['links'],
+          state: row.state,
+        }
+      : analyzeContent(content, slugOf(row.path));
   const record: PageRecord = {
     id: row.id,
     path: row.path,
