@@ -5,13 +5,18 @@ import { jsonSchemaTransform, serializerCompiler, validatorCompiler } from 'fast
 import type { CoreContext } from './core/context.js';
 import { notFound } from './core/errors.js';
 import { registerAuth } from './http/auth.js';
+import { trustProxyOption } from './http/client-ip.js';
+import { registerHostCheck } from './http/hosts.js';
+import { registerRateLimits } from './http/limits.js';
 import { sendError, toServiceError } from './http/errors.js';
 import { authRoutes } from './http/routes/auth.js';
 import { healthRoutes } from './http/routes/health.js';
 import { meRoutes } from './http/routes/me.js';
 import { nodeRoutes } from './http/routes/nodes.js';
 import { principalRoutes } from './http/routes/principals.js';
+import { securityRoutes } from './http/routes/security.js';
 import { spaceRoutes } from './http/routes/spaces.js';
+import { workspaceRoutes } from './http/routes/workspaces.js';
 import { VERSION } from './version.js';
 
 /** Request bodies above this are refused before parsing; page content has its own 1 MiB limit. */
@@ -33,6 +38,8 @@ export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise
   const app = Fastify({
     logger: opts.logger ?? { level: ctx.config.logLevel },
     bodyLimit: BODY_LIMIT,
+    // TRUST_PROXY: req.ip / host / protocol from the one proxy in front (see client-ip.ts).
+    trustProxy: trustProxyOption(ctx.config.trustProxy),
     // Page paths travel URL-encoded in :id; keep params decoded but refuse nothing valid.
     routerOptions: { maxParamLength: 1000 },
   });
@@ -64,14 +71,19 @@ export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise
     },
     transform: jsonSchemaTransform,
   });
+  // Order matters: host check, then per-IP limits, then who is calling (per-principal limits follow it).
+  registerHostCheck(app, ctx.config);
+  registerRateLimits(app, ctx);
   registerAuth(app, ctx);
 
   await healthRoutes(app, ctx);
   await authRoutes(app, ctx);
   await meRoutes(app, ctx);
   await principalRoutes(app, ctx);
+  await securityRoutes(app, ctx);
   await spaceRoutes(app, ctx);
   await nodeRoutes(app, ctx);
+  await workspaceRoutes(app, ctx);
 
   app.get('/api/v1/openapi.json', { config: { auth: 'public' }, schema: { hide: true } }, async () => app.swagger());
   return app;

@@ -1,4 +1,5 @@
 import { ConfigError, loadConfig, type Config } from './config.js';
+import { hasAnyHuman } from './core/accounts.js';
 import { startServer } from './server.js';
 import { openStore } from './store/db.js';
 
@@ -29,11 +30,24 @@ async function main(argv: string[]): Promise<void> {
     console.error(USAGE);
     process.exit(2);
   }
-  const server = await startServer(config);
+  let server: Awaited<ReturnType<typeof startServer>>;
+  try {
+    server = await startServer(config);
+  } catch (e) {
+    // Some settings (ALLOWED_HOSTS entries) are checked when the app is built.
+    if (e instanceof ConfigError) {
+      console.error(e.message);
+      process.exit(2);
+    }
+    throw e;
+  }
   server.app.log.info(
     { engine: server.ctx.store.dialect, dataDir: config.databaseUrl ? undefined : config.dataDir, signups: config.signups },
     `Context Vault listening on ${server.url}`,
   );
+  if (config.signups === 'invite' && !(await hasAnyHuman(server.ctx))) {
+    server.app.log.warn('SIGNUPS=invite and no account exists yet: the FIRST sign-up is open and becomes the first owner; sign up now');
+  }
   let closing = false;
   const stop = (signal: string) => {
     if (closing) return;

@@ -1,7 +1,11 @@
 import type { Executor } from '../store/db.js';
-import { newId } from './ids.js';
-import { notFound } from './errors.js';
-import type { Role } from '../policy/principal.js';
+import { inTransaction } from '../store/tx.js';
+import { canCreateWorkspace } from '../policy/members.js';
+import type { Principal, Role } from '../policy/principal.js';
+import { appendAudit } from './audit.js';
+import type { CoreContext } from './context.js';
+import { newId, nowIso } from './ids.js';
+import { forbidden, notFound } from './errors.js';
 
 export interface WorkspaceRow {
   id: string;
@@ -64,4 +68,51 @@ export async function workspacesOf(db: Executor, principalId: string) {
     .where('members.principal_id', '=', principalId)
     .orderBy('members.created_at')
     .execute();
+}
+
+/** A workspace as the interface shows it to one caller. */
+export interface WorkspaceView {
+  id: string;
+  slug: string;
+  name: string;
+  /** The caller's role there; null for an agent (agents act through grants). */
+  role: Role | null;
+  /** True for the workspace this request works in. */
+  current: boolean;
+  created_at: string;
+}
+
+/** The workspaces the caller belongs to: a human's memberships, or an agent's one workspace. */
+export async function listWorkspaces(ctx: CoreContext, p: Principal): Promise<WorkspaceView[]> {
+  const db = ctx.store.db;
+  if (p.kind === 'agent') {
+    const ws = await db
+      .selectFrom('workspaces')
+      .select(['id', 'slug', 'name', 'created_at'])
+      .where('id', '=', p.workspaceId)
+      .executeTakeFirstOrThrow();
+    return [{ ...ws, role: null, current: true }];
+  }
+  const rows = await db
+    .selectFrom('members')
+    .innerJoin('workspaces', 'workspaces.id', 'members.workspace_id')
+    .select(['workspaces.id', 'workspaces.slug', 'workspaces.name', 'workspaces.created_at', 'members.role'])
+    .where('members.principal_id', '=', p.id)
+    .orderBy('members.created_at')
+    .orderBy('workspaces.id')
+    .execute();
+  return rows.map((r) => ({ id: r.id, slug: r.slug, name: r.name, role: r.role, current: r.id === p.workspaceId, created_at: r.created_at }));
+}
+
+/** A human creates a workspace and becomes its owner; the slug comes from the name. */
+export async function createWorkspaceFor(ctx: CoreContext, p: Principal, name: string): Promise<WorkspaceView> {
+  if (!canCreateWorkspace(p)) throw forbidden('Only a signed-in human may create workspaces', 'session_required');
+  const now = nowIso();
+  // The workspace is new: no other writer can hold its chain, so no row lock is needed.
+  const ws = await inTransaction(ctx.store, null, async (trx) => {
+    const created = await createWorkspace(trx, name, p.id, now);
+    await appendAudit(trx, created.id, { principalId: p.id, action: 'workspace.create', detail: { slug: created.slug, name } });
+    return created;
+  });
+  return { id: ws.id, slug: ws.slug, name: ws.name, role: 'owner', current: false, created_at: now };
 }

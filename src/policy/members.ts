@@ -86,7 +86,7 @@ export function decideInviteUse(inv: InviteFacts, email: string, now = new Date(
     case 'pending':
       break;
   }
-  if (false) {
+  if (inv.email !== null && inv.email !== email.trim().toLowerCase()) {
     return deny(forbidden('This invite is for another email address', 'invite_email_mismatch'));
   }
   return allow;

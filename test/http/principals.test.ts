@@ -207,6 +207,8 @@ describe.each(testEngines())('agents, grants and keys (%s)', (engine) => {
         { action: 'read', scope: '*', ceiling: 'secret' },
         { action: 'admin', scope: 'ops', ceiling: 'secret' },
       ];
+      expectError(await ann.client.put(`/api/v1/principals/${a.id}/grants`, { grants }), 403, 'step_up_required');
+      expectStatus(await ann.client.post('/api/auth/stepup', { password: PASSWORD }), 200);
       const put = await ann.client.put(`/api/v1/principals/${a.id}/grants`, { grants });
       expectStatus(put, 200);
       expect(put.body.grants).toEqual(grants);
@@ -574,6 +576,13 @@ describe.each(testEngines())('sign-up by invite only (%s)', (engine) => {
   });
   afterAll(async () => s?.stop());
 
+  it('admits the very first account without an invite (bootstrap), and nobody after it', async () => {
+    const first = await new Client(s.url).post('/api/v1/auth/signup', { email: freshEmail('first'), password: PASSWORD, name: 'First' });
+    expect(first.status).toBe(201);
+    const second = await new Client(s.url).post('/api/v1/auth/signup', { email: freshEmail('second'), password: PASSWORD, name: 'Second' });
+    expectError(second, 403, 'invite_required');
+  });
+
   it('without an invite token sign-up is 403 invite_required, on every sign-up path', async () => {
     for (const url of ['/api/v1/auth/signup', '/auth/signup', '/api/auth/signup']) {
       const res = await new Client(s.url).post(url, { email: freshEmail('inv'), password: PASSWORD, name: 'Inv' });
@@ -582,10 +591,10 @@ describe.each(testEngines())('sign-up by invite only (%s)', (engine) => {
     }
   });
 
-  it('with an invite token that is not valid sign-up is 403 invalid_invite, and no account exists', async () => {
+  it('with an invite token that is not valid sign-up is 404 invite_not_found, and no account exists', async () => {
     const e = freshEmail('inv');
     const res = await new Client(s.url).post('/api/v1/auth/signup', { email: e, password: PASSWORD, name: 'Inv', invite_token: 'made-up-token' });
-    expectError(res, 403, 'invalid_invite');
+    expectError(res, 404, 'invite_not_found');
     expectError(await new Client(s.url).post('/api/auth/login', { email: e, password: PASSWORD }), 401, 'invalid_credentials');
   });
 });

@@ -35,7 +35,7 @@ async function spawnService(env: Record<string, string>): Promise<{ child: Child
   const port = await freePort();
   const child = spawn(TSX, ['src/main.ts'], {
     cwd: ROOT,
-    env: { ...process.env, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'warn', ...env },
+    env: { ...process.env, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMITS: 'off', ...env },
     stdio: 'ignore',
   });
   const url = `http://127.0.0.1:${port}`;

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { updateDisplayName } from '../../core/accounts.js';
 import type { CoreContext } from '../../core/context.js';
 import { baseCeiling } from '../../policy/access.js';
 import { caller } from '../auth.js';
@@ -37,11 +38,25 @@ export async function meRoutes(app: FastifyInstance, ctx: CoreContext): Promise<
       const p = caller(req);
       const workspace = { id: p.workspaceId, slug: p.workspaceSlug };
       if (p.kind === 'human') {
-        const who = await ctx.store.db.selectFrom('principals').select(['email']).where('id', '=', p.id).executeTakeFirstOrThrow();
-        return { id: p.id, kind: p.kind, name: p.name, email: who.email ?? '', role: p.role ?? 'viewer', totp: false, workspace };
+        const who = await ctx.store.db.selectFrom('principals').select(['email', 'totp_enabled_at']).where('id', '=', p.id).executeTakeFirstOrThrow();
+        return { id: p.id, kind: p.kind, name: p.name, email: who.email ?? '', role: p.role ?? 'viewer', totp: who.totp_enabled_at !== null, workspace };
       }
       return { id: p.id, kind: p.kind, name: p.name, grants: p.grants, ceiling: p.agentCeiling ?? 'internal', workspace };
     },
+  );
+
+  r.patch(
+    '/api/v1/me',
+    {
+      config: { auth: 'session' },
+      schema: {
+        tags: ['identity'],
+        summary: 'Change your display name (1 to 100 characters)',
+        body: z.strictObject({ name: z.string().trim().min(1).max(100) }),
+        response: { 200: z.object({ id: z.string(), name: z.string() }), ...errors(400, 401, 403) },
+      },
+    },
+    async (req) => updateDisplayName(ctx, caller(req), req.body.name),
   );
 
   r.get(

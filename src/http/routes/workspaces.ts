@@ -1,0 +1,214 @@
+import type { FastifyInstance } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import type { CoreContext } from '../../core/context.js';
+import { acceptInvite, createInvite, INVITE_DEFAULT_DAYS, INVITE_MAX_DAYS, listInvites, revokeInvite } from '../../core/invites.js';
+import { changeRole, listMembers, removeMember } from '../../core/members.js';
+import { createWorkspaceFor, listWorkspaces } from '../../core/workspaces.js';
+import { ROLES } from '../../policy/principal.js';
+import { caller } from '../auth.js';
+import { errors, optionalBody } from '../schemas.js';
+
+const Role = z.enum(ROLES);
+const Id = z.string().min(1).max(100);
+/** Workspace names: the slug is derived from it. No control characters. */
+const WorkspaceName = z
+  .string()
+  .trim()
+  .min(1)
+  .max(100)
+  .regex(/^[^\u0000-\u001f\u007f]*$/, 'must not contain control characters');
+
+const WorkspaceSchema = z.object({
+  id: z.string(),
+  slug: z.string(),
+  name: z.string(),
+  role: Role.nullable().describe('Your role there; null for an agent (agents act through grants)'),
+  current: z.boolean().describe('The workspace this request works in'),
+  created_at: z.string(),
+});
+
+const MemberSchema = z.object({
+  id: z.string(),
+  name: z.string(),
+  email: z.string().nullable(),
+  role: Role,
+  joined_at: z.string(),
+});
+
+const InviteSchema = z.object({
+  id: z.string(),
+  role: Role,
+  email: z.string().nullable().describe('When set, only the account with this email can accept'),
+  hint: z.string().describe('`iv_…` and the last four characters of the token; the token itself is never listed'),
+  state: z.enum(['pending', 'accepted', 'revoked', 'expired']),
+  created_by: z.string(),
+  created_at: z.string(),
+  expires_at: z.string(),
+  revoked_at: z.string().nullable(),
+  accepted_at: z.string().nullable(),
+  accepted_by: z.string().nullable(),
+});
+
+const NewInviteSchema = InviteSchema.extend({
+  token: z.string().describe('iv_… — shown once'),
+  accept_url: z.string().describe('`<PUBLIC_URL>/invite/<token>`; no mail is sent'),
+});
+
+const InviteBody = z.strictObject({
+  role: Role,
+  email: z.email().max(254).nullable().optional(),
+  expires_in_days: z.number().int().min(1).max(INVITE_MAX_DAYS).default(INVITE_DEFAULT_DAYS),
+});
+
+/** The two forms of every members and invites route: the current workspace, and `/workspaces/:ws/…`. */
+const FORMS = [
+  { prefix: '/api/v1', where: 'the current workspace' },
+  { prefix: '/api/v1/workspaces/:ws', where: ':ws (id or slug)' },
+] as const;
+
+function wsOf(params: unknown): string | undefined {
+  const ws = (params as { ws?: unknown }).ws;
+  return typeof ws === 'string' ? ws : undefined;
+}
+
+export async function workspaceRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
+  const r = app.withTypeProvider<ZodTypeProvider>();
+
+  r.get(
+    '/api/v1/workspaces',
+    {
+      schema: {
+        tags: ['workspaces'],
+        summary: 'Workspaces you belong to, with your role; an agent sees its one workspace',
+        response: { 200: z.object({ workspaces: z.array(WorkspaceSchema) }), ...errors(401) },
+      },
+    },
+    async (req) => ({ workspaces: await listWorkspaces(ctx, caller(req)) }),
+  );
+
+  r.post(
+    '/api/v1/workspaces',
+    {
+      config: { auth: 'session' },
+      schema: {
+        tags: ['workspaces'],
+        summary: 'Create a workspace (humans only); you become its owner, the slug comes from the name',
+        body: z.strictObject({ name: WorkspaceName }),
+        response: { 201: WorkspaceSchema, ...errors(400, 401, 403) },
+      },
+    },
+    async (req, reply) => reply.code(201).send(await createWorkspaceFor(ctx, caller(req), req.body.name)),
+  );
+
+  for (const { prefix, where } of FORMS) {
+    const wsParam = prefix.includes(':ws') ? { ws: Id } : {};
+
+    r.get(
+      `${prefix}/members`,
+      {
+        config: { auth: 'session' },
+        schema: {
+          tags: ['members'],
+          summary: `Members of ${where}`,
+          params: z.object(wsParam),
+          response: { 200: z.object({ members: z.array(MemberSchema) }), ...errors(401, 403, 404) },
+        },
+      },
+      async (req) => ({ members: await listMembers(ctx, caller(req), wsOf(req.params)) }),
+    );
+
+    r.patch(
+      `${prefix}/members/:id`,
+      {
+        config: { auth: 'session' },
+        schema: {
+          tags: ['members'],
+          summary: `Change a member's role in ${where} (owner); the last owner cannot be demoted`,
+          params: z.object({ ...wsParam, id: Id }),
+          body: z.strictObject({ role: Role }),
+          response: { 200: MemberSchema, ...errors(400, 401, 403, 404, 409) },
+        },
+      },
+      async (req) => changeRole(ctx, caller(req), wsOf(req.params), req.params.id, req.body.role),
+    );
+
+    r.delete(
+      `${prefix}/members/:id`,
+      {
+        config: { auth: 'session' },
+        schema: {
+          tags: ['members'],
+          summary: `Remove a member from ${where} (owner), or leave it (your own id); the last owner cannot leave`,
+          params: z.object({ ...wsParam, id: Id }),
+          response: {
+            200: z.object({ removed: z.literal(true), id: z.string(), workspace_id: z.string(), left: z.boolean() }),
+            ...errors(401, 403, 404, 409),
+          },
+        },
+      },
+      async (req) => ({ removed: true as const, ...(await removeMember(ctx, caller(req), wsOf(req.params), req.params.id)) }),
+    );
+
+    r.get(
+      `${prefix}/invites`,
+      {
+        config: { auth: 'session' },
+        schema: {
+          tags: ['invites'],
+          summary: `Invites of ${where} (owner); hints only, never tokens`,
+          params: z.object(wsParam),
+          response: { 200: z.object({ invites: z.array(InviteSchema) }), ...errors(401, 403, 404) },
+        },
+      },
+      async (req) => ({ invites: await listInvites(ctx, caller(req), wsOf(req.params)) }),
+    );
+
+    r.post(
+      `${prefix}/invites`,
+      {
+        config: { auth: 'session' },
+        schema: {
+          tags: ['invites'],
+          summary: `Create an invite to ${where} (owner); the token and accept_url are in this answer only, no mail is sent`,
+          params: z.object(wsParam),
+          body: InviteBody,
+          response: { 201: NewInviteSchema, ...errors(400, 401, 403, 404, 409) },
+        },
+      },
+      async (req, reply) => reply.code(201).send(await createInvite(ctx, caller(req), wsOf(req.params), req.body)),
+    );
+
+    r.delete(
+      `${prefix}/invites/:id`,
+      {
+        config: { auth: 'session' },
+        schema: {
+          tags: ['invites'],
+          summary: `Revoke an invite of ${where} (owner)`,
+          params: z.object({ ...wsParam, id: Id }),
+          response: { 200: InviteSchema, ...errors(401, 403, 404, 409) },
+        },
+      },
+      async (req) => revokeInvite(ctx, caller(req), wsOf(req.params), req.params.id),
+    );
+  }
+
+  r.post(
+    '/api/v1/invites/:token/accept',
+    {
+      config: { auth: 'session' },
+      schema: {
+        tags: ['invites'],
+        summary: 'Accept an invite: join its workspace with its role (needs X-CSRF-Token)',
+        params: z.object({ token: z.string().min(1).max(200) }),
+        body: optionalBody(z.strictObject({})),
+        response: {
+          200: z.object({ workspace: z.object({ id: z.string(), slug: z.string(), name: z.string() }), role: Role }),
+          ...errors(401, 403, 404, 409, 410),
+        },
+      },
+    },
+    async (req) => acceptInvite(ctx, caller(req), req.params.token),
+  );
+}

@@ -1,0 +1,182 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import Database from 'better-sqlite3';
+import { Kysely, PostgresDialect, sql } from 'kysely';
+import pg from 'pg';
+import type { Dialect } from './db.js';
+import type { DB } from './schema.js';
+
+/**
+ * Token buckets shared by every node: a bucket holds at most `capacity` tokens and gains
+ * `refillPerSecond` of them continuously; a hit takes one token or is refused.
+ *
+ * One atomic statement per hit:
+ *   INSERT … ON CONFLICT(bucket) DO UPDATE SET tokens = refilled - 1, updated_ms = now
+ *   WHERE refilled >= 1 RETURNING tokens
+ * A row comes back only when the hit took a token; no row means refused (and the bucket is left
+ * as it was: refill is computed from `updated_ms`, so nothing is lost by not writing).
+ *
+ * Where the buckets live:
+ * - SQLite: NOT the main database (it runs synchronous=FULL, a write per request would be an
+ *   fsync per request) but `rate-limits.sqlite` beside it in DATA_DIR, WAL and synchronous=OFF:
+ *   counters are not precious. Every process on the machine opens the same file, so they share.
+ * - PostgreSQL: the `rate_limits` table of the main database (migration 002; it cannot portably
+ *   be made UNLOGGED after creation), written through a small pool of its own whose sessions run
+ *   `synchronous_commit=off`, so a hit never waits for a WAL flush. Time is the database's clock,
+ *   so nodes with skewed clocks still agree.
+ */
+
+export interface RateLimitResult {
+  allowed: boolean;
+  /** Whole seconds until a refused hit would pass (≥ 1 when refused, 0 when allowed). */
+  retryAfterSeconds: number;
+  /** Whole tokens left after this hit. */
+  remaining: number;
+}
+
+export interface BucketSpec {
+  capacity: number;
+  refillPerSecond: number;
+}
+
+export interface RateLimitStore {
+  readonly dialect: Dialect;
+  hit(bucket: string, spec: BucketSpec): Promise<RateLimitResult>;
+  /** Deletes buckets untouched for `idleMs` (they are full again); returns how many. */
+  prune(idleMs: number): Promise<number>;
+  close(): Promise<void>;
+}
+
+export interface RateLimitStoreOptions {
+  dialect: Dialect;
+  dataDir: string;
+  databaseUrl?: string | undefined;
+}
+
+export const RATE_LIMIT_FILE = 'rate-limits.sqlite';
+
+/** Float slack: PostgreSQL `real` keeps ~7 digits, and k × (1/12 s) need not sum to exactly 1. */
+const EPS = 1e-3;
+
+function refused(tokens: number, updatedMs: number, nowMs: number, spec: BucketSpec): RateLimitResult {
+  const refilled = Math.min(spec.capacity, tokens + (Math.max(0, nowMs - updatedMs) / 1000) * spec.refillPerSecond);
+  const wait = (1 - EPS - refilled) / spec.refillPerSecond;
+  return { allowed: false, retryAfterSeconds: Math.max(1, Math.ceil(wait)), remaining: 0 };
+}
+
+function allowed(tokens: number): RateLimitResult {
+  return { allowed: true, retryAfterSeconds: 0, remaining: Math.max(0, Math.floor(tokens + EPS)) };
+}
+
+function checkSpec(spec: BucketSpec): void {
+  if (!(spec.capacity >= 1) || !(spec.refillPerSecond > 0)) throw new Error(`Bad bucket ${JSON.stringify(spec)}`);
+}
+
+class SqliteRateLimits implements RateLimitStore {
+  readonly dialect = 'sqlite' as const;
+  private readonly db: Database.Database;
+  private readonly hitStmt: Database.Statement;
+  private readonly readStmt: Database.Statement;
+  private readonly pruneStmt: Database.Statement;
+
+  constructor(file: string) {
+    this.db = new Database(file);
+    this.db.pragma('journal_mode = WAL');
+    this.db.pragma('synchronous = OFF');
+    // better-sqlite3 is synchronous: a lock wait blocks the event loop, so keep it short and
+    // fail open (the caller lets the request through) rather than stall.
+    this.db.pragma('busy_timeout = 500');
+    this.db.exec(`create table if not exists rate_limits (
+      bucket text primary key, tokens real not null, updated_ms integer not null) without rowid`);
+    this.hitStmt = this.db.prepare(`
+      insert into rate_limits (bucket, tokens, updated_ms) values (@bucket, @capacity - 1, @now)
+      on conflict (bucket) do update set
+        tokens = max(0.0, min(@capacity, tokens + max(0, excluded.updated_ms - updated_ms) / 1000.0 * @rate) - 1),
+        updated_ms = max(updated_ms, excluded.updated_ms)
+      where min(@capacity, tokens + max(0, excluded.updated_ms - updated_ms) / 1000.0 * @rate) >= 1 - @eps
+      returning tokens`);
+    this.readStmt = this.db.prepare('select tokens, updated_ms from rate_limits where bucket = ?');
+    this.pruneStmt = this.db.prepare('delete from rate_limits where updated_ms < ?');
+  }
+
+  async hit(bucket: string, spec: BucketSpec): Promise<RateLimitResult> {
+    checkSpec(spec);
+    const now = Date.now();
+    const row = this.hitStmt.get({ bucket, capacity: spec.capacity, rate: spec.refillPerSecond, now, eps: EPS }) as
+      | { tokens: number }
+      | undefined;
+    if (row) return allowed(row.tokens);
+    const cur = this.readStmt.get(bucket) as { tokens: number; updated_ms: number } | undefined;
+    return cur ? refused(cur.tokens, cur.updated_ms, now, spec) : { allowed: false, retryAfterSeconds: 1, remaining: 0 };
+  }
+
+  async prune(idleMs: number): Promise<number> {
+    return this.pruneStmt.run(Date.now() - idleMs).changes;
+  }
+
+  async close(): Promise<void> {
+    if (this.db.open) this.db.close();
+  }
+}
+
+/** The database's clock in epoch milliseconds; `now()` is fixed for the statement. */
+const PG_NOW_MS = sql<number>`(extract(epoch from now()) * 1000)::bigint`;
+
+class PostgresRateLimits implements RateLimitStore {
+  readonly dialect = 'postgres' as const;
+  private readonly db: Kysely<DB>;
+
+  constructor(databaseUrl: string) {
+    const pool = new pg.Pool({
+      connectionString: databaseUrl,
+      max: 4,
+      // Counters are not precious: do not wait for the WAL flush on every hit.
+      options: '-c synchronous_commit=off',
+      // A stuck database must not hold requests: the caller fails open on error.
+      connectionTimeoutMillis: 2000,
+      statement_timeout: 2000,
+    });
+    pool.on('error', () => {});
+    this.db = new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
+  }
+
+  async hit(bucket: string, spec: BucketSpec): Promise<RateLimitResult> {
+    checkSpec(spec);
+    const cap = sql`${spec.capacity}::float8`;
+    const rate = sql`${spec.refillPerSecond}::float8`;
+    const refilled = sql`least(${cap}, r.tokens + greatest(0, excluded.updated_ms - r.updated_ms) / 1000.0 * ${rate})`;
+    const res = await sql<{ tokens: number }>`
+      insert into rate_limits as r (bucket, tokens, updated_ms)
+      values (${bucket}, ${cap} - 1, ${PG_NOW_MS})
+      on conflict (bucket) do update set
+        tokens = greatest(0, ${refilled} - 1),
+        updated_ms = greatest(r.updated_ms, excluded.updated_ms)
+      where ${refilled} >= ${1 - EPS}::float8
+      returning tokens`.execute(this.db);
+    const row = res.rows[0];
+    if (row) return allowed(Number(row.tokens));
+    const cur = await sql<{ tokens: number; updated_ms: number; now_ms: number }>`
+      select tokens, updated_ms, ${PG_NOW_MS} as now_ms from rate_limits where bucket = ${bucket}`.execute(this.db);
+    const c = cur.rows[0];
+    return c ? refused(Number(c.tokens), Number(c.updated_ms), Number(c.now_ms), spec) : { allowed: false, retryAfterSeconds: 1, remaining: 0 };
+  }
+
+  async prune(idleMs: number): Promise<number> {
+    const res = await sql`delete from rate_limits where updated_ms < ${PG_NOW_MS} - ${Math.floor(idleMs)}::bigint`.execute(this.db);
+    return Number(res.numAffectedRows ?? 0n);
+  }
+
+  async close(): Promise<void> {
+    await this.db.destroy();
+  }
+}
+
+/** Opens the bucket store for the deployment's engine (see the module comment for where they live). */
+export function openRateLimitStore(opts: RateLimitStoreOptions): RateLimitStore {
+  if (opts.dialect === 'postgres') {
+    if (!opts.databaseUrl) throw new Error('PostgreSQL rate limits need the database URL');
+    return new PostgresRateLimits(opts.databaseUrl);
+  }
+  fs.mkdirSync(opts.dataDir, { recursive: true });
+  return new SqliteRateLimits(path.join(opts.dataDir, RATE_LIMIT_FILE));
+}
