@@ -3,27 +3,13 @@ import { signup } from '../../src/core/accounts.js';
 import { hashSecret } from '../../src/auth/secrets.js';
 import { testEngines } from '../support/engines.js';
 import { Client, createAgentWithKey, signupHuman, startTestServer, type Res, type TestServer } from '../support/server.js';
+import { expectError, expectStatus } from '../support/expect.js';
 
 /**
  * Black-box checks of invites over real HTTP: create, list (hints only), revoke, accept
  * (CSRF, email-bound, expired, revoked, used, already a member), and sign-up with an
  * invite token in invite-only and open mode.
  */
-
-function expectError(res: Res, status: number, code: string | readonly string[]): void {
-  const what = `${res.status} ${res.text.slice(0, 400)}`;
-  expect(res.status, what).toBe(status);
-  expect(res.headers.get('content-type') ?? '', what).toMatch(/application\/json/);
-  const codes = typeof code === 'string' ? [code] : code;
-  expect(codes, what).toContain(res.body.code);
-  expect(res.body.error?.code, what).toBe(res.body.code);
-  expect(typeof res.body.error?.message, what).toBe('string');
-  expect(res.body.error.message.trim().length, what).toBeGreaterThan(0);
-}
-
-function expectStatus(res: Res, status: number): void {
-  expect(res.status, `${res.status} ${res.text.slice(0, 400)}`).toBe(status);
-}
 
 type Human = { client: Client; id: string; workspace: { id: string; slug: string } };
 

@@ -2,28 +2,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { verifyAuditChain } from '../../src/core/audit.js';
 import { testEngines } from '../support/engines.js';
 import { Client, createAgentWithKey, signupHuman, startTestServer, type Res, type TestServer } from '../support/server.js';
+import { expectError, expectStatus } from '../support/expect.js';
 
 /**
  * Black-box checks of workspaces, members (role changes, removal, leaving, the last-owner
  * rule) and the display name, over real HTTP. Members join through invites; the invite
  * lifecycle itself is in invites.test.ts.
  */
-
-/** Every error: `{ error: { code, message }, code }`, the code at both places, a non-empty message. */
-function expectError(res: Res, status: number, code: string | readonly string[]): void {
-  const what = `${res.status} ${res.text.slice(0, 400)}`;
-  expect(res.status, what).toBe(status);
-  expect(res.headers.get('content-type') ?? '', what).toMatch(/application\/json/);
-  const codes = typeof code === 'string' ? [code] : code;
-  expect(codes, what).toContain(res.body.code);
-  expect(res.body.error?.code, what).toBe(res.body.code);
-  expect(typeof res.body.error?.message, what).toBe('string');
-  expect(res.body.error.message.trim().length, what).toBeGreaterThan(0);
-}
-
-function expectStatus(res: Res, status: number): void {
-  expect(res.status, `${res.status} ${res.text.slice(0, 400)}`).toBe(status);
-}
 
 type Human = { client: Client; id: string; workspace: { id: string; slug: string } };
 
