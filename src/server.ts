@@ -3,7 +3,9 @@ import { buildApp, type AppOptions } from './app.js';
 import type { Config } from './config.js';
 import type { CoreContext } from './core/context.js';
 import { TouchBuffer } from './core/touches.js';
+import { Notifier } from './core/notifier.js';
 import { openStore } from './store/db.js';
+import { listen } from './store/listen.js';
 
 export interface RunningServer {
   app: FastifyInstance;
@@ -17,7 +19,10 @@ export async function startServer(config: Config, opts: AppOptions = {}): Promis
   const store = await openStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl });
   const touches = new TouchBuffer(store);
   touches.start();
-  const ctx: CoreContext = { store, config, touches };
+  const notifier = new Notifier();
+  const listener = config.databaseUrl ? listen(config.databaseUrl, 'cv_inbox', (key) => notifier.wake(key)) : null;
+  await listener?.ready;
+  const ctx: CoreContext = { store, config, touches, notifier };
   const app = await buildApp(ctx, opts);
   await app.listen({ port: config.port, host: config.host });
   const addr = app.server.address();
@@ -29,6 +34,7 @@ export async function startServer(config: Config, opts: AppOptions = {}): Promis
     url: `http://${host}:${port}`,
     close: async () => {
       await app.close();
+      await listener?.close();
       await touches.stop();
       await store.close();
     },

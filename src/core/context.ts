@@ -1,5 +1,6 @@
 import type { Config } from '../config.js';
 import type { Store } from '../store/db.js';
+import type { Notifier } from './notifier.js';
 import type { TouchBuffer } from './touches.js';
 
 /** What every core function needs: the store and the configuration. Faces build it once. */
@@ -7,4 +8,6 @@ export interface CoreContext {
   store: Store;
   config: Config;
   touches: TouchBuffer;
+  /** Wakes inbox long-polls when events arrive. */
+  notifier: Notifier;
 }

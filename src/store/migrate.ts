@@ -2,6 +2,7 @@ import { sql, type Kysely } from 'kysely';
 import type { Dialect } from './db.js';
 import * as m001 from './migrations/001_initial.js';
 import * as m002 from './migrations/002_identity.js';
+import * as m003 from './migrations/003_collaboration.js';
 
 interface Migration {
   name: string;
@@ -12,6 +13,7 @@ interface Migration {
 const MIGRATIONS: Migration[] = [
   { name: '001_initial', up: m001.up },
   { name: '002_identity', up: m002.up },
+  { name: '003_collaboration', up: m003.up },
 ];
 
 export async function migrate<T>(db: Kysely<T>, dialect: Dialect): Promise<string[]> {

@@ -219,6 +219,75 @@ export interface RateLimitsTable {
   updated_ms: number;
 }
 
+export interface ProposalsTable {
+  id: string;
+  workspace_id: string;
+  status: 'open' | 'accepted' | 'rejected' | 'superseded';
+  kind: 'edit' | 'create' | 'archive' | 'move' | 'delete';
+  origin: 'propose' | 'conflict' | 'no_write' | 'step_up';
+  page_id: string | null;
+  path: string;
+  content: string | null;
+  base_hash: string | null;
+  base_commit: string | null;
+  /** JSON: kind-specific parameters (archive reason, move target). */
+  params: string;
+  reason: string;
+  sensitivity: string;
+  proposer_id: string;
+  created_at: string;
+  decided_by: string | null;
+  decided_at: string | null;
+  decision_reason: string | null;
+  result_commit: string | null;
+  superseded_by: string | null;
+}
+
+export interface ThreadMessagesTable {
+  id: string;
+  workspace_id: string;
+  page_id: string;
+  seq: number;
+  author_id: string;
+  author_kind: 'human' | 'agent';
+  kind: 'comment' | 'question' | 'answer';
+  body: string;
+  reply_to: string | null;
+  /** JSON list of principal ids */
+  mentions: string;
+  created_at: string;
+}
+
+export interface ThreadsTable {
+  page_id: string;
+  workspace_id: string;
+  agent_hops: number;
+  locked_at: string | null;
+  unlocked_by: string | null;
+  unlocked_at: string | null;
+}
+
+export interface ThreadReadsTable {
+  page_id: string;
+  principal_id: string;
+  last_seq: number;
+  read_at: string;
+}
+
+export interface InboxEventsTable {
+  workspace_id: string;
+  principal_id: string;
+  seq: number;
+  kind: 'mention' | 'reply' | 'proposal' | 'conflict';
+  state: 'unread' | 'read' | 'done';
+  page_id: string | null;
+  proposal_id: string | null;
+  payload: string;
+  created_at: string;
+  read_at: string | null;
+  done_at: string | null;
+}
+
 export interface DB {
   workspaces: WorkspacesTable;
   principals: PrincipalsTable;
@@ -238,4 +307,9 @@ export interface DB {
   elevations: ElevationsTable;
   git_tokens: GitTokensTable;
   rate_limits: RateLimitsTable;
+  proposals: ProposalsTable;
+  thread_messages: ThreadMessagesTable;
+  threads: ThreadsTable;
+  thread_reads: ThreadReadsTable;
+  inbox_events: InboxEventsTable;
 }

@@ -1,0 +1,57 @@
+import { sql, type Transaction } from 'kysely';
+import type { DB, InboxEventsTable } from '../store/schema.js';
+import { afterCommit } from '../store/tx.js';
+import type { CoreContext } from './context.js';
+import { Notifier } from './notifier.js';
+
+export interface NewEvent {
+  principalId: string;
+  kind: InboxEventsTable['kind'];
+  pageId?: string | null;
+  proposalId?: string | null;
+  payload: Record<string, unknown>;
+}
+
+/**
+ * Places events in principals' inboxes inside the caller's transaction (so an event exists
+ * exactly when the change that caused it does). Seqs grow per principal per workspace;
+ * writers of a workspace are serialised, so max+1 cannot collide. Waiting long-polls are
+ * woken after commit, here and (PostgreSQL) on every node through NOTIFY.
+ */
+export async function pushEvents(ctx: CoreContext, trx: Transaction<DB>, workspaceId: string, events: readonly NewEvent[], at = new Date()): Promise<void> {
+  const woken = new Set<string>();
+  for (const e of events) {
+    const last = await trx
+      .selectFrom('inbox_events')
+      .select((eb) => eb.fn.max('seq').as('seq'))
+      .where('workspace_id', '=', workspaceId)
+      .where('principal_id', '=', e.principalId)
+      .executeTakeFirst();
+    await trx
+      .insertInto('inbox_events')
+      .values({
+        workspace_id: workspaceId,
+        principal_id: e.principalId,
+        seq: (last?.seq ?? 0) + 1,
+        kind: e.kind,
+        state: 'unread',
+        page_id: e.pageId ?? null,
+        proposal_id: e.proposalId ?? null,
+        payload: JSON.stringify(e.payload),
+        created_at: at.toISOString(),
+        read_at: null,
+        done_at: null,
+      })
+      .execute();
+    woken.add(Notifier.key(workspaceId, e.principalId));
+  }
+  if (woken.size === 0) return;
+  if (ctx.store.dialect === 'postgres') {
+    // Delivered by PostgreSQL at commit, to every listening node (this one included).
+    for (const key of woken) await sql`select pg_notify('cv_inbox', ${key})`.execute(trx);
+  } else {
+    afterCommit(trx, () => {
+      for (const key of woken) ctx.notifier.wake(key);
+    });
+  }
+}
