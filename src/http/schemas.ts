@@ -56,6 +56,34 @@ export const PageRecordSchema = z.object({
 
 export const WriteResultSchema = PageRecordSchema.extend({
   changed: z.boolean().describe('false when the write changed nothing and made no commit'),
+  merged: z.boolean().describe('true when a stale write was merged three-way with the changes made since its base'),
+});
+
+export const ProposalSchema = z.object({
+  id: z.string(),
+  status: z.enum(['open', 'accepted', 'rejected', 'superseded']),
+  kind: z.enum(['edit', 'create', 'archive', 'move', 'delete']),
+  origin: z.enum(['propose', 'conflict', 'no_write', 'step_up']),
+  target: z.object({ node_id: z.string().nullable(), path: z.string() }),
+  node_id: z.string().nullable(),
+  path: z.string(),
+  content: z.string().nullable().describe('The proposed markdown; null for agents (full content only for humans)'),
+  base_hash: z.string().nullable(),
+  params: z.record(z.string(), z.unknown()),
+  reason: z.string(),
+  proposer: z.string(),
+  created_at: z.string(),
+  decided_by: z.string().nullable(),
+  decided_at: z.string().nullable(),
+  decision_reason: z.string().nullable(),
+  result_commit: z.string().nullable(),
+  superseded_by: z.string().nullable(),
+});
+
+/** What an action that the caller may only propose answers (202). */
+export const ProposedSchema = z.object({
+  proposed: z.literal(true),
+  proposal: ProposalSchema,
 });
 
 export const AgentSchema = z.object({

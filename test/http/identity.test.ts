@@ -42,7 +42,8 @@ describe.each(testEngines())('TOTP, step-up, sessions, lockdown, elevations, git
     expect(start.body.otpauth_uri).toMatch(/^otpauth:\/\/totp\/.*secret=/);
     const secret: string = start.body.secret;
     expect((await client.post('/api/auth/totp/enroll', { code: '000000' })).body.code).toBe('invalid_code');
-    const done = await client.post('/api/auth/totp/enroll', { code: currentTotp(secret) });
+    const enrolCode = currentTotp(secret);
+    const done = await client.post('/api/auth/totp/enroll', { code: enrolCode });
     expect(done.body).toEqual({ enabled: true });
     expect((await client.post('/api/auth/totp/enroll')).body.code).toBe('totp_already_enabled');
     expect((await client.get('/api/v1/me')).body.totp).toBe(true);
@@ -61,15 +62,16 @@ describe.each(testEngines())('TOTP, step-up, sessions, lockdown, elevations, git
     expect(wrong.status).toBe(401);
     expect(wrong.body.code).toBe('invalid_code');
     // The enrolment code was consumed: the same code does not work again.
-    const replay = await pending.post('/api/auth/totp/verify', { code: currentTotp(secret) });
+    const replay = await pending.post('/api/auth/totp/verify', { code: enrolCode });
     expect(replay.body.code).toBe('invalid_code');
-    const ok = await pending.post('/api/auth/totp/verify', { code: nextCode(secret) });
+    const loginCode = nextCode(secret);
+    const ok = await pending.post('/api/auth/totp/verify', { code: loginCode });
     expect(ok.status, ok.text).toBe(200);
     expect(ok.body.status).toBe('ok');
     expect((await pending.get('/api/v1/me')).status).toBe(200);
     // Step-up with TOTP enrolled needs a code, and that code cannot be the one just used.
     expect((await pending.post('/api/auth/stepup', { password: PASSWORD })).body.code).toBe('code_required');
-    expect((await pending.post('/api/auth/stepup', { code: nextCode(secret) })).body.code).toBe('invalid_code');
+    expect((await pending.post('/api/auth/stepup', { code: loginCode })).body.code).toBe('invalid_code');
   });
 
   it('requires enrolment at login and sign-up when REQUIRE_TOTP=on', async () => {

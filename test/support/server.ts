@@ -43,6 +43,8 @@ export interface Res<T = any> {
 /** A minimal HTTP client: JSON in and out, and a cookie jar for sessions. */
 export class Client {
   cookies = new Map<string, string>();
+  /** Sent as X-Service-Workspace on every request when set. */
+  workspace: string | undefined;
   constructor(
     readonly base: string,
     public bearer?: string,
@@ -59,6 +61,7 @@ export class Client {
   ): Promise<Res<T>> {
     const headers: Record<string, string> = { ...(opts.headers ?? {}) };
     if (this.bearer) headers.authorization = `Bearer ${this.bearer}`;
+    if (this.workspace && headers['x-service-workspace'] === undefined) headers['x-service-workspace'] = this.workspace;
     if (this.cookies.size > 0) headers.cookie = [...this.cookies].map(([k, v]) => `${k}=${v}`).join('; ');
     if (opts.csrf !== false && this.csrf && method !== 'GET' && headers['x-csrf-token'] === undefined) headers['x-csrf-token'] = this.csrf;
     let body: string | Buffer | undefined = opts.body;
@@ -132,3 +135,17 @@ export async function createAgentWithKey(
 }
 
 export const ALL = ['read', 'write', 'search', 'propose', 'collab', 'admin'];
+
+/**
+ * A new human joins the owner's workspace with a role through an invite; the returned
+ * client works in that workspace.
+ */
+export async function joinAs(owner: Client, workspaceSlug: string, role: 'owner' | 'editor' | 'viewer', name = role): Promise<{ client: Client; id: string }> {
+  const inv = await owner.post(`/api/v1/workspaces/${workspaceSlug}/invites`, { role });
+  if (inv.status !== 201) throw new Error(`invite failed: ${inv.status} ${inv.text}`);
+  const h = await signupHuman(owner.base, name);
+  const acc = await h.client.post(`/api/v1/invites/${inv.body.token}/accept`);
+  if (acc.status !== 200) throw new Error(`accept failed: ${acc.status} ${acc.text}`);
+  h.client.workspace = workspaceSlug;
+  return { client: h.client, id: h.id };
+}

@@ -30,6 +30,8 @@ export async function commitFiles(
   changes: FileChange[],
   message: string,
   at: Date,
+  /** Who applied the change when it is not the author (an accepted proposal). */
+  committer?: Pick<Principal, 'id' | 'name'>,
 ): Promise<CommitResult> {
   const objects = new ObjectStore(trx, workspaceId);
   const head = await objects.getRef(MAIN_REF);
@@ -44,8 +46,19 @@ export async function commitFiles(
     changes.map((c) => ({ path: c.path, blobSha: c.content === null ? null : blobs.get(c.path)! })),
   );
   // Ids, not emails, in git authorship: a clone must not hand out addresses.
-  const person = { name: author.name || author.id, email: `${author.id}@context-vault`, timestamp: Math.floor(at.getTime() / 1000), tzOffset: '+0000' };
-  const sha = await objects.putCommit({ tree, parents: head ? [head] : [], author: person, committer: person, message });
+  const ident = (who: Pick<Principal, 'id' | 'name'>) => ({
+    name: who.name || who.id,
+    email: `${who.id}@context-vault`,
+    timestamp: Math.floor(at.getTime() / 1000),
+    tzOffset: '+0000',
+  });
+  const sha = await objects.putCommit({
+    tree,
+    parents: head ? [head] : [],
+    author: ident(author),
+    committer: ident(committer ?? author),
+    message,
+  });
   await objects.casRef(MAIN_REF, head, sha);
   const last = await trx
     .selectFrom('commits')

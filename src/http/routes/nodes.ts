@@ -4,9 +4,9 @@ import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
 import { pageDiff, pageHistory, readPage } from '../../core/pages/read.js';
 import type { PageRecord } from '../../core/pages/record.js';
-import { archivePage, createPage, deletePage, movePage, restorePage, updatePage, type PageUpdate } from '../../core/pages/write.js';
+import { archivePage, createPage, deletePage, movePage, restorePage, updatePage, type PageUpdate, type PublicOutcome } from '../../core/pages/write.js';
 import { caller } from '../auth.js';
-import { ArchiveReason, errors, optionalBody, PageRecordSchema, WriteResultSchema } from '../schemas.js';
+import { ArchiveReason, errors, optionalBody, ProposedSchema, PageRecordSchema, WriteResultSchema } from '../schemas.js';
 
 const Ref = z.object({ id: z.string().min(1).max(1000).describe('A page id (pg_…) or its URL-encoded path') });
 const Message = z.string().max(2000).optional().describe('Commit message');
@@ -40,6 +40,12 @@ const UpdateBody = z
   .refine((b) => b.content !== undefined || b.title !== undefined || b.body !== undefined || b.frontmatter !== undefined, {
     message: 'Nothing to change: send content, or title/body/frontmatter',
   });
+
+/** A change that landed answers the record (200); one that became a proposal answers 202. */
+function sendOutcome(reply: FastifyReply, o: PublicOutcome): FastifyReply {
+  if (o.record) return withEtag(reply, o.record).send(o.record);
+  return reply.code(202).send({ proposed: true, proposal: o.proposal });
+}
 
 function withEtag(reply: FastifyReply, record: PageRecord): FastifyReply {
   return reply.header('ETag', `"${record.content_hash}"`);
@@ -119,7 +125,7 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
           b.content !== undefined
             ? { kind: 'replace', content: b.content }
             : { kind: 'fields', title: b.title, body: b.body, frontmatter: b.frontmatter, mergeFrontmatter: method === 'patch' };
-        const { record, changed } = await updatePage(
+        const { record, changed, merged } = await updatePage(
           ctx,
           caller(req),
           req.params.id,
@@ -127,7 +133,7 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
           { ifMatch: headerValue(req.headers['if-match']), baseSha: b.base_sha },
           b.message,
         );
-        return withEtag(reply, record).send({ ...record, changed });
+        return withEtag(reply, record).send({ ...record, changed, merged });
       },
     );
   update('put');
@@ -202,13 +208,10 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
         summary: 'Move a page to a new path (its id stays)',
         params: Ref,
         body: z.strictObject({ to: z.string().max(8192), message: Message }),
-        response: { 200: PageRecordSchema, ...errors(400, 401, 403, 404, 409) },
+        response: { 200: PageRecordSchema, 202: ProposedSchema, ...errors(400, 401, 403, 404, 409) },
       },
     },
-    async (req, reply) => {
-      const { record } = await movePage(ctx, caller(req), req.params.id, req.body.to, req.body.message);
-      return withEtag(reply, record).send(record);
-    },
+    async (req, reply) => sendOutcome(reply, await movePage(ctx, caller(req), req.params.id, req.body.to, req.body.message)),
   );
 
   r.post(
@@ -219,13 +222,10 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
         summary: 'Archive a page (reason closed, stale, superseded or manual)',
         params: Ref,
         body: optionalBody(z.strictObject({ reason: ArchiveReason.default('manual'), message: Message })),
-        response: { 200: PageRecordSchema, ...errors(400, 401, 403, 404, 409) },
+        response: { 200: PageRecordSchema, 202: ProposedSchema, ...errors(400, 401, 403, 404, 409) },
       },
     },
-    async (req, reply) => {
-      const { record } = await archivePage(ctx, caller(req), req.params.id, req.body.reason, req.body.message);
-      return withEtag(reply, record).send(record);
-    },
+    async (req, reply) => sendOutcome(reply, await archivePage(ctx, caller(req), req.params.id, req.body.reason, req.body.message)),
   );
 
   r.post(
@@ -236,12 +236,9 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
         summary: 'Return an archived page to active',
         params: Ref,
         body: optionalBody(z.strictObject({ message: Message })),
-        response: { 200: PageRecordSchema, ...errors(400, 401, 403, 404, 409) },
+        response: { 200: PageRecordSchema, 202: ProposedSchema, ...errors(400, 401, 403, 404, 409) },
       },
     },
-    async (req, reply) => {
-      const { record } = await restorePage(ctx, caller(req), req.params.id, req.body.message);
-      return withEtag(reply, record).send(record);
-    },
+    async (req, reply) => sendOutcome(reply, await restorePage(ctx, caller(req), req.params.id, req.body.message)),
   );
 }

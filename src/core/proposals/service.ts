@@ -1,0 +1,184 @@
+import type { Transaction } from 'kysely';
+import { canReadPage, enforce } from '../../policy/pages.js';
+import { canSeeProposal, decideOnProposal, decidePropose } from '../../policy/proposals.js';
+import type { Principal } from '../../policy/principal.js';
+import type { DB, PagesTable, ProposalsTable } from '../../store/schema.js';
+import { inTransaction } from '../../store/tx.js';
+import { appendAudit } from '../audit.js';
+import type { CoreContext } from '../context.js';
+import { badRequest, conflict, notFound } from '../errors.js';
+import { pushEvents } from '../inbox-events.js';
+import { mergePage } from '../merge.js';
+import { isPageId } from '../pages/lookup.js';
+import { analyzeContent, type ArchiveReason } from '../pages/content.js';
+import { assertPathFree, commitPage, facts, movePageTx, rowFacts, setStateTx } from '../pages/write.js';
+import { parsePagePath } from '../paths.js';
+import { highest, insertProposal, presentProposal, proposalFacts, type ProposalRecord } from './record.js';
+import { decideWrite } from '../../policy/pages.js';
+import { ObjectStore } from '../../store/git-objects.js';
+
+export const PROPOSAL_STATUSES = ['open', 'accepted', 'rejected', 'superseded'] as const;
+
+async function loadLivePage(trx: Transaction<DB> | CoreContext['store']['db'], workspaceId: string, ref: { id?: string; path?: string }) {
+  let q = trx.selectFrom('pages').selectAll().where('workspace_id', '=', workspaceId).where('deleted_at', 'is', null);
+  q = ref.id ? q.where('id', '=', ref.id) : q.where('path', '=', ref.path ?? '');
+  return q.executeTakeFirst();
+}
+
+/**
+ * POST /api/v1/proposals: a change for human review. An existing page (by node_id or path)
+ * gets an `edit`; a free path gets a `create`. The proposer must be able to read the page
+ * and to propose at the level of what it proposes.
+ */
+export async function createProposal(
+  ctx: CoreContext,
+  p: Principal,
+  input: { node_id?: string | undefined; path?: string | undefined; content: string; reason?: string | undefined },
+): Promise<ProposalRecord> {
+  if (!input.node_id && !input.path) throw badRequest('Name the page: node_id or path');
+  const row = await inTransaction(ctx.store, p.workspaceId, async (trx) => {
+    const ref = input.node_id ?? input.path!;
+    const page = isPageId(ref) ? await loadLivePage(trx, p.workspaceId, { id: ref }) : await loadLivePage(trx, p.workspaceId, { path: ref });
+    if (page && !canReadPage(p, rowFacts(page))) throw notFound(`Page ${ref} not found`);
+    if (!page && input.node_id) throw notFound(`Page ${input.node_id} not found`);
+    const target = parsePagePath(page?.path ?? input.path!);
+    const content = analyzeContent(input.content, target.slug);
+    enforce(decidePropose(p, facts(target.path, content)));
+    return insertProposal(ctx, trx, p, {
+      kind: page ? 'edit' : 'create',
+      origin: 'propose',
+      pageId: page?.id ?? null,
+      path: target.path,
+      content: input.content,
+      baseHash: page?.content_hash ?? null,
+      baseCommit: page?.commit_sha ?? null,
+      reason: input.reason ?? '',
+      sensitivity: highest(page?.sensitivity, page?.block_level, content.sensitivity, content.blockLevel),
+    });
+  });
+  return presentProposal(p, row);
+}
+
+export async function listProposals(
+  ctx: CoreContext,
+  p: Principal,
+  opts: { status?: ProposalsTable['status'] | undefined; limit: number },
+): Promise<ProposalRecord[]> {
+  let q = ctx.store.db.selectFrom('proposals').selectAll().where('workspace_id', '=', p.workspaceId);
+  if (opts.status) q = q.where('status', '=', opts.status);
+  // Filtered after the query (visibility is a policy decision); over-fetch to fill the page.
+  const rows = await q.orderBy('created_at', 'desc').limit(opts.limit * 4).execute();
+  return rows.filter((r) => canSeeProposal(p, proposalFacts(r))).slice(0, opts.limit).map((r) => presentProposal(p, r));
+}
+
+async function loadProposal(db: Transaction<DB> | CoreContext['store']['db'], p: Principal, id: string): Promise<ProposalsTable> {
+  const row = await db.selectFrom('proposals').selectAll().where('id', '=', id).where('workspace_id', '=', p.workspaceId).executeTakeFirst();
+  if (!row || !canSeeProposal(p, proposalFacts(row))) throw notFound(`Proposal ${id} not found`);
+  return row;
+}
+
+export async function getProposal(ctx: CoreContext, p: Principal, id: string): Promise<ProposalRecord> {
+  return presentProposal(p, await loadProposal(ctx.store.db, p, id));
+}
+
+async function notifyProposer(ctx: CoreContext, trx: Transaction<DB>, p: Principal, row: ProposalsTable, event: 'accepted' | 'rejected', extra: Record<string, unknown>) {
+  if (row.proposer_id === p.id) return;
+  await pushEvents(ctx, trx, p.workspaceId, [
+    {
+      principalId: row.proposer_id,
+      kind: 'proposal',
+      pageId: row.page_id,
+      proposalId: row.id,
+      payload: { proposal_id: row.id, event, kind: row.kind, path: row.path, by: { id: p.id, name: p.name }, ...extra },
+    },
+  ]);
+}
+
+/**
+ * Accept: applied as a commit credited to the proposer (the acceptor is the committer). An
+ * edit whose page moved on since its base is merged again; a conflict leaves the proposal
+ * open and answers 409. An acceptor may send edited content, which is applied as given.
+ */
+export async function acceptProposal(ctx: CoreContext, p: Principal, id: string, input: { content?: string | undefined }): Promise<ProposalRecord> {
+  const result = await inTransaction(ctx.store, p.workspaceId, async (trx) => {
+    const row = await loadProposal(trx, p, id);
+    enforce(decideOnProposal(p, proposalFacts(row), 'accept'));
+    if (row.status !== 'open') throw conflict(`The proposal is ${row.status}`, 'proposal_closed');
+    if (input.content !== undefined && row.kind !== 'edit' && row.kind !== 'create') {
+      throw badRequest(`A ${row.kind} proposal takes no content`);
+    }
+    const proposer = await trx.selectFrom('principals').select(['id', 'name']).where('id', '=', row.proposer_id).executeTakeFirstOrThrow();
+    const credit = { id: proposer.id, name: proposer.name };
+    const message = `Accept proposal ${row.id}${row.reason ? `: ${row.reason}` : ''}`.slice(0, 2000);
+    let page: PagesTable | undefined;
+    if (row.page_id) {
+      page = await loadLivePage(trx, p.workspaceId, { id: row.page_id });
+      if (!page) throw conflict('The page no longer exists', 'proposal_closed');
+      if (!canReadPage(p, rowFacts(page))) throw notFound(`Proposal ${id} not found`);
+    }
+    let commitSha: string;
+    if (row.kind === 'create') {
+      const target = parsePagePath(row.path);
+      const content = analyzeContent(input.content ?? row.content ?? '', target.slug);
+      enforce(decideWrite(p, null, facts(target.path, content)));
+      await assertPathFree(trx, p.workspaceId, target.path);
+      commitSha = (await commitPage(trx, p, { action: 'create', existing: null, target, content, message, credit })).commit_sha;
+    } else if (row.kind === 'edit') {
+      let raw = input.content;
+      if (raw === undefined) {
+        raw = row.content ?? '';
+        if (row.base_hash && page!.content_hash !== row.base_hash) {
+          const base = await new ObjectStore(trx, p.workspaceId).getBlob(row.base_hash);
+          const m = base ? mergePage(base.toString('utf8'), page!.content, raw) : null;
+          if (!m || m.kind === 'conflict') {
+            throw conflict('The page changed since this proposal and it no longer merges; accept it with edited content', 'conflict', {
+              current: { content_hash: page!.content_hash, commit_sha: page!.commit_sha },
+            });
+          }
+          raw = m.content;
+        }
+      }
+      const target = parsePagePath(page!.path);
+      const content = analyzeContent(raw, target.slug);
+      enforce(decideWrite(p, rowFacts(page!), facts(page!.path, content)));
+      commitSha = raw === page!.content ? page!.commit_sha : (await commitPage(trx, p, { action: 'update', existing: page!, target, content, message, credit })).commit_sha;
+    } else if (row.kind === 'archive') {
+      const params = JSON.parse(row.params) as { reason?: ArchiveReason };
+      const o = await setStateTx(ctx, trx, p, page!, 'archive', params.reason, { message, credit, allowPropose: false });
+      commitSha = o.kind === 'done' ? o.row.commit_sha : '';
+    } else if (row.kind === 'move') {
+      const params = JSON.parse(row.params) as { to: string };
+      const o = await movePageTx(ctx, trx, p, page!, params.to, { message, credit, allowPropose: false, skipAudienceGate: true });
+      commitSha = o.kind === 'done' ? o.row.commit_sha : '';
+    } else {
+      throw badRequest(`Cannot apply a ${row.kind} proposal`);
+    }
+    const decidedAt = new Date().toISOString();
+    await trx
+      .updateTable('proposals')
+      .set({ status: 'accepted', decided_by: p.id, decided_at: decidedAt, result_commit: commitSha, ...(input.content !== undefined ? { content: input.content } : {}) })
+      .where('id', '=', row.id)
+      .execute();
+    await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'proposal.accept', nodeId: row.page_id, detail: { proposal: row.id, commit: commitSha, proposer: row.proposer_id } });
+    await notifyProposer(ctx, trx, p, row, 'accepted', { commit_sha: commitSha });
+    return loadProposal(trx, p, row.id);
+  });
+  return presentProposal(p, result);
+}
+
+export async function rejectProposal(ctx: CoreContext, p: Principal, id: string, reason: string): Promise<ProposalRecord> {
+  const result = await inTransaction(ctx.store, p.workspaceId, async (trx) => {
+    const row = await loadProposal(trx, p, id);
+    enforce(decideOnProposal(p, proposalFacts(row), 'reject'));
+    if (row.status !== 'open') throw conflict(`The proposal is ${row.status}`, 'proposal_closed');
+    await trx
+      .updateTable('proposals')
+      .set({ status: 'rejected', decided_by: p.id, decided_at: new Date().toISOString(), decision_reason: reason })
+      .where('id', '=', row.id)
+      .execute();
+    await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'proposal.reject', nodeId: row.page_id, detail: { proposal: row.id, reason } });
+    await notifyProposer(ctx, trx, p, row, 'rejected', { reason });
+    return loadProposal(trx, p, row.id);
+  });
+  return presentProposal(p, result);
+}

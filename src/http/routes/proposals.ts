@@ -1,0 +1,83 @@
+import type { FastifyInstance } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import type { CoreContext } from '../../core/context.js';
+import { acceptProposal, createProposal, getProposal, listProposals, PROPOSAL_STATUSES, rejectProposal } from '../../core/proposals/service.js';
+import { caller } from '../auth.js';
+import { errors, optionalBody, ProposalSchema } from '../schemas.js';
+
+const IdParams = z.object({ id: z.string().min(1).max(100) });
+
+export async function proposalRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
+  const r = app.withTypeProvider<ZodTypeProvider>();
+  const tags = ['proposals'];
+
+  r.get(
+    '/api/v1/proposals',
+    {
+      schema: {
+        tags,
+        summary: 'Proposals you can see, newest first',
+        querystring: z.object({ status: z.enum(PROPOSAL_STATUSES).optional(), limit: z.coerce.number().int().min(1).max(200).default(50) }),
+        response: { 200: z.object({ proposals: z.array(ProposalSchema) }), ...errors(400, 401) },
+      },
+    },
+    async (req) => ({ proposals: await listProposals(ctx, caller(req), req.query) }),
+  );
+
+  r.post(
+    '/api/v1/proposals',
+    {
+      schema: {
+        tags,
+        summary: 'Propose a change for human review (propose grant): an edit of a page, or a new page at a free path',
+        body: z
+          .strictObject({
+            path: z.string().max(8192).optional(),
+            node_id: z.string().max(100).optional(),
+            content: z.string(),
+            reason: z.string().max(2000).optional(),
+          })
+          .refine((b) => b.path !== undefined || b.node_id !== undefined, { message: 'Name the page: path or node_id' }),
+        response: { 201: ProposalSchema, ...errors(400, 401, 403, 404, 413) },
+      },
+    },
+    async (req, reply) => reply.code(201).send(await createProposal(ctx, caller(req), req.body)),
+  );
+
+  r.get(
+    '/api/v1/proposals/:id',
+    { schema: { tags, summary: 'One proposal; the proposed content is shown to humans only', params: IdParams, response: { 200: ProposalSchema, ...errors(401, 404) } } },
+    async (req) => getProposal(ctx, caller(req), req.params.id),
+  );
+
+  r.post(
+    '/api/v1/proposals/:id/accept',
+    {
+      config: { auth: 'session' },
+      schema: {
+        tags,
+        summary: 'Accept (editor or owner): applied as a commit credited to the proposer, optionally with edited content',
+        params: IdParams,
+        body: optionalBody(z.strictObject({ content: z.string().optional() })),
+        response: { 200: ProposalSchema, ...errors(400, 401, 403, 404, 409) },
+      },
+    },
+    async (req) => acceptProposal(ctx, caller(req), req.params.id, req.body),
+  );
+
+  r.post(
+    '/api/v1/proposals/:id/reject',
+    {
+      config: { auth: 'session' },
+      schema: {
+        tags,
+        summary: 'Reject with a reason (editor or owner)',
+        params: IdParams,
+        body: z.strictObject({ reason: z.string().trim().min(1).max(2000) }),
+        response: { 200: ProposalSchema, ...errors(400, 401, 403, 404, 409) },
+      },
+    },
+    async (req) => rejectProposal(ctx, caller(req), req.params.id, req.body.reason),
+  );
+}

@@ -1,0 +1,52 @@
+import { forbidden } from '../core/errors.js';
+import { ceilingFor, hasStepUp } from './access.js';
+import { canReadPage, type Decision, type PageFacts } from './pages.js';
+import type { Principal } from './principal.js';
+import { atOrBelow, isLevel } from './sensitivity.js';
+
+/** The parts of a proposal access decisions look at. */
+export interface ProposalFacts {
+  path: string;
+  /** The highest level involved: the page's and the proposed content's (blocks included). */
+  sensitivity: string;
+  origin: string;
+  proposerId: string;
+}
+
+const allow: Decision = { kind: 'allow' };
+
+/** A proposal exists for whoever could read what it touches (like the page itself). */
+export function canSeeProposal(p: Principal, pr: ProposalFacts): boolean {
+  return canReadPage(p, { path: pr.path, sensitivity: pr.sensitivity, blockLevel: null });
+}
+
+/** The proposed text itself is shown to humans only (spec: "full content only for humans"). */
+export function seesProposalContent(p: Principal): boolean {
+  return p.kind === 'human';
+}
+
+/** Proposing needs the propose grant over the path, at or above what the proposal holds. */
+export function decidePropose(p: Principal, next: PageFacts): Decision {
+  const ceiling = ceilingFor(p, 'propose', next.path);
+  if (ceiling === null) return { kind: 'deny', error: forbidden(`No propose grant covers ${next.path}`) };
+  for (const l of [next.sensitivity, next.blockLevel]) {
+    if (l && (!isLevel(l) || !atOrBelow(l, ceiling))) {
+      return { kind: 'deny', error: forbidden(`Content at ${l} is above your ceiling (${ceiling})`) };
+    }
+  }
+  return allow;
+}
+
+/**
+ * Accepting or rejecting: a signed-in editor or owner who can see the proposal. A proposal
+ * born at a step-up gate needs the decider's own step-up to accept.
+ */
+export function decideOnProposal(p: Principal, pr: ProposalFacts, action: 'accept' | 'reject', now = new Date()): Decision {
+  if (p.kind !== 'human' || (p.role !== 'editor' && p.role !== 'owner')) {
+    return { kind: 'deny', error: forbidden('Only an editor or owner (signed in) decides on proposals') };
+  }
+  if (action === 'accept' && pr.origin === 'step_up' && !hasStepUp(p, now)) {
+    return { kind: 'deny', error: forbidden('This proposal passed a step-up gate: step up to accept it', 'step_up_required') };
+  }
+  return allow;
+}
