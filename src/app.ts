@@ -11,13 +11,17 @@ import { registerRateLimits } from './http/limits.js';
 import { sendError, toServiceError } from './http/errors.js';
 import { authRoutes } from './http/routes/auth.js';
 import { healthRoutes } from './http/routes/health.js';
+import { inboxRoutes } from './http/routes/inbox.js';
 import { meRoutes } from './http/routes/me.js';
 import { nodeRoutes } from './http/routes/nodes.js';
 import { principalRoutes } from './http/routes/principals.js';
+import { proposalRoutes } from './http/routes/proposals.js';
 import { securityRoutes } from './http/routes/security.js';
 import { spaceRoutes } from './http/routes/spaces.js';
+import { threadRoutes } from './http/routes/threads.js';
 import { workspaceRoutes } from './http/routes/workspaces.js';
 import { VERSION } from './version.js';
+import { webPages } from './web/pages.js';
 
 /** Request bodies above this are refused before parsing; page content has its own 1 MiB limit. */
 export const BODY_LIMIT = 3 * 1024 * 1024;
@@ -83,7 +87,11 @@ export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise
   await securityRoutes(app, ctx);
   await spaceRoutes(app, ctx);
   await nodeRoutes(app, ctx);
+  await proposalRoutes(app, ctx);
+  await threadRoutes(app, ctx);
+  await inboxRoutes(app, ctx);
   await workspaceRoutes(app, ctx);
+  await webPages(app, ctx);
 
   app.get('/api/v1/openapi.json', { config: { auth: 'public' }, schema: { hide: true } }, async () => app.swagger());
   return app;

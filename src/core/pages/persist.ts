@@ -1,0 +1,148 @@
+import type { Transaction } from 'kysely';
+import type { PageFacts } from '../../policy/pages.js';
+import type { Principal } from '../../policy/principal.js';
+import type { DB, PagesTable } from '../../store/schema.js';
+import { appendAudit } from '../audit.js';
+import { badRequest, conflict } from '../errors.js';
+import { newId } from '../ids.js';
+import type { PagePath } from '../paths.js';
+import { ensureFolders, ensureSpace } from '../spaces.js';
+import { commitFiles } from './commit.js';
+import type { PageContent } from './content.js';
+
+/** Making a page change durable: the commit, page row, version row and audit entry. */
+
+export type Action = 'create' | 'update' | 'move' | 'archive' | 'restore' | 'delete';
+
+const VERB: Record<Action, string> = {
+  create: 'Create',
+  update: 'Update',
+  move: 'Move',
+  archive: 'Archive',
+  restore: 'Restore',
+  delete: 'Delete',
+};
+
+export function facts(path: string, c: { sensitivity: string; blockLevel: string | null }): PageFacts {
+  return { path, sensitivity: c.sensitivity, blockLevel: c.blockLevel };
+}
+
+export function rowFacts(row: PagesTable): PageFacts {
+  return { path: row.path, sensitivity: row.sensitivity, blockLevel: row.block_level };
+}
+
+function commitMessage(action: Action, path: string, message: string | undefined): string {
+  const m = message?.trim();
+  if (m && m.length > 2000) throw badRequest('Commit message is longer than 2000 characters', 'invalid_request');
+  return m || `${VERB[action]} ${path}`;
+}
+
+/**
+ * The one place a page change becomes durable: commit, page row, version row and audit
+ * entry, all in the caller's transaction.
+ */
+export async function commitPage(
+  trx: Transaction<DB>,
+  p: Principal,
+  args: {
+    action: Action;
+    existing: PagesTable | null;
+    target: PagePath;
+    content: PageContent | null;
+    message: string | undefined;
+    /** The author to credit when `p` applies someone else's change (an accepted proposal). */
+    credit?: { id: string; name: string } | undefined;
+  },
+): Promise<PagesTable> {
+  const at = new Date();
+  const now = at.toISOString();
+  const { action, existing, target, content } = args;
+  const author = args.credit ?? p;
+  const changes: { path: string; content: string | null }[] = [];
+  if (existing && existing.path !== target.path) changes.push({ path: existing.path, content: null });
+  changes.push({ path: target.path, content: content ? content.raw : null });
+  const message = commitMessage(action, target.path, args.message);
+  const commit = await commitFiles(trx, p.workspaceId, author, changes, message, at, p);
+
+  const id = existing?.id ?? newId.page();
+  const row: PagesTable = {
+    id,
+    workspace_id: p.workspaceId,
+    path: target.path,
+    space: target.space,
+    cluster_path: target.clusterPath,
+    title: content?.title ?? existing?.title ?? target.slug,
+    content: content?.raw ?? existing?.content ?? '',
+    content_hash: content ? commit.blobs.get(target.path)! : existing!.content_hash,
+    commit_sha: commit.sha,
+    sensitivity: content?.sensitivity ?? existing?.sensitivity ?? 'internal',
+    block_level: content ? content.blockLevel : (existing?.block_level ?? null),
+    state: content?.state ?? existing?.state ?? 'active',
+    frontmatter: JSON.stringify(content?.frontmatter ?? {}),
+    tags: JSON.stringify(content?.tags ?? []),
+    links: JSON.stringify(content?.links ?? []),
+    created_at: existing?.created_at ?? now,
+    updated_at: now,
+    last_touched_at: existing?.last_touched_at ?? null,
+    created_by: existing?.created_by ?? author.id,
+    updated_by: author.id,
+    deleted_at: content ? null : now,
+  };
+  if (content) {
+    await ensureSpace(trx, p.workspaceId, target.space, now);
+    await ensureFolders(trx, p.workspaceId, target.clusterPath, now);
+  }
+  if (existing) {
+    const { id: _id, ...rest } = row;
+    await trx.updateTable('pages').set(rest).where('id', '=', id).execute();
+  } else {
+    await trx.insertInto('pages').values(row).execute();
+  }
+  await trx
+    .insertInto('page_versions')
+    .values({
+      workspace_id: p.workspaceId,
+      page_id: id,
+      commit_seq: commit.seq,
+      commit_sha: commit.sha,
+      path: target.path,
+      blob_sha: content ? row.content_hash : null,
+      action,
+      sensitivity: row.sensitivity,
+      block_level: row.block_level,
+      principal_id: author.id,
+      message,
+      created_at: now,
+    })
+    .execute();
+  await appendAudit(
+    trx,
+    p.workspaceId,
+    {
+      principalId: p.id,
+      action: `page.${action}`,
+      nodeId: id,
+      detail: {
+        path: target.path,
+        commit: commit.sha,
+        ...(existing && existing.path !== target.path ? { from: existing.path } : {}),
+        ...(args.credit ? { author: args.credit.id } : {}),
+      },
+    },
+    at,
+  );
+  return row;
+}
+
+export async function assertPathFree(trx: Transaction<DB>, workspaceId: string, path: string): Promise<void> {
+  const taken = await trx
+    .selectFrom('pages')
+    .select('id')
+    .where('workspace_id', '=', workspaceId)
+    .where('path', '=', path)
+    .where('deleted_at', 'is', null)
+    .executeTakeFirst();
+  if (taken) throw conflict(`A page already exists at ${path}`, 'already_exists');
+}
+
+/** Resolves either creation form to a path and raw markdown. */

@@ -1,0 +1,179 @@
+import type { Transaction } from 'kysely';
+import { parseDocument, serializeDocument } from '../../markdown/index.js';
+import { decideWrite, enforce } from '../../policy/pages.js';
+import type { Principal } from '../../policy/principal.js';
+import { ObjectStore } from '../../store/git-objects.js';
+import type { DB, PagesTable } from '../../store/schema.js';
+import { inTransaction } from '../../store/tx.js';
+import type { CoreContext } from '../context.js';
+import { conflict } from '../errors.js';
+import { pushEvents } from '../inbox-events.js';
+import { mergePage } from '../merge.js';
+import { parsePagePath } from '../paths.js';
+import { highest, insertProposal, presentProposal } from '../proposals/record.js';
+import { analyzeContent } from './content.js';
+import { findReadablePage } from './lookup.js';
+import { commitPage, facts, rowFacts } from './persist.js';
+import { presentPage } from './record.js';
+import type { WriteResult } from './write.js';
+
+/** PUT and PATCH: preconditions, three-way merge of stale writes, conflicts as proposals. */
+
+export interface Precondition {
+  ifMatch?: string | undefined;
+  baseSha?: string | undefined;
+}
+
+
+function unquote(tag: string): string {
+  return tag.trim().replace(/^W\//, '').replace(/^"(.*)"$/, '$1');
+}
+
+/** Whether the writer's precondition names the head (true), an older state (false), or nothing (null). */
+function preconditionMatches(current: PagesTable, pre: Precondition): boolean | null {
+  let seen: boolean | null = null;
+  if (pre.ifMatch !== undefined) {
+    const tags = pre.ifMatch.split(',').map(unquote);
+    seen = tags.includes('*') || tags.includes(current.content_hash);
+  }
+  if (pre.baseSha !== undefined) {
+    const b = pre.baseSha.trim().toLowerCase();
+    seen = (seen ?? true) && (b === current.content_hash || b === current.commit_sha);
+  }
+  return seen;
+}
+
+/**
+ * The content the writer started from, taken only from this page's own history (a hash
+ * from elsewhere must not become a merge base), or null when it cannot be found.
+ */
+async function baseContent(trx: Transaction<DB>, current: PagesTable, pre: Precondition): Promise<{ hash: string; content: string } | null> {
+  const candidates = [
+    ...(pre.ifMatch ?? '').split(',').map(unquote).filter((t) => t && t !== '*'),
+    ...(pre.baseSha ? [pre.baseSha.trim().toLowerCase()] : []),
+  ];
+  for (const c of candidates) {
+    const v = await trx
+      .selectFrom('page_versions')
+      .select('blob_sha')
+      .where('workspace_id', '=', current.workspace_id)
+      .where('page_id', '=', current.id)
+      .where((eb) => eb.or([eb('blob_sha', '=', c), eb('commit_sha', '=', c)]))
+      .where('blob_sha', 'is not', null)
+      .orderBy('commit_seq', 'desc')
+      .limit(1)
+      .executeTakeFirst();
+    if (v?.blob_sha) {
+      const blob = await new ObjectStore(trx, current.workspace_id).getBlob(v.blob_sha);
+      if (blob) return { hash: v.blob_sha, content: blob.toString('utf8') };
+    }
+  }
+  return null;
+}
+
+export type PageUpdate =
+  | { kind: 'replace'; content: string }
+  | {
+      kind: 'fields';
+      title?: string | undefined;
+      body?: string | undefined;
+      /** Keys to set; a null value removes the key. */
+      frontmatter?: Record<string, unknown> | undefined;
+      /** PUT with fields replaces the whole frontmatter; PATCH merges it. */
+      mergeFrontmatter: boolean;
+    };
+
+export function applyUpdate(currentRaw: string, u: PageUpdate): string {
+  if (u.kind === 'replace') return u.content;
+  const doc = parseDocument(currentRaw);
+  let fm: Record<string, unknown>;
+  if (u.mergeFrontmatter) {
+    fm = { ...doc.frontmatter };
+    for (const [k, v] of Object.entries(u.frontmatter ?? {})) {
+      if (v === null) delete fm[k];
+      else fm[k] = v;
+    }
+  } else {
+    fm = { ...(u.frontmatter ?? {}) };
+  }
+  if (u.title !== undefined) fm.title = u.title;
+  else if (!u.mergeFrontmatter && doc.frontmatter.title !== undefined && u.frontmatter?.title === undefined) fm.title = doc.frontmatter.title;
+  const body = u.body ?? doc.body;
+  return serializeDocument(fm, body);
+}
+
+export interface UpdateResult extends WriteResult {
+  /** True when a stale write was merged with the changes made since its base. */
+  merged: boolean;
+}
+
+/**
+ * PUT and PATCH. Without a precondition the last writer wins. With one that names the head
+ * the write lands. With a stale one the write is merged three-way with what changed since
+ * its base: a clean merge lands as a commit; a conflict lands nowhere but in a proposal
+ * (holding the writer's content and base) and a `conflict` event for the writer, and the
+ * caller gets 409 `conflict` carrying that proposal.
+ */
+export async function updatePage(
+  ctx: CoreContext,
+  p: Principal,
+  ref: string,
+  update: PageUpdate,
+  pre: Precondition,
+  message?: string,
+): Promise<UpdateResult> {
+  const result = await inTransaction(ctx.store, p.workspaceId, async (trx) => {
+    const current = await findReadablePage(trx, p, ref);
+    const target = parsePagePath(current.path);
+    let raw: string;
+    let merged = false;
+    if (preconditionMatches(current, pre) === false) {
+      const base = await baseContent(trx, current, pre);
+      const theirs = applyUpdate(base?.content ?? current.content, update);
+      analyzeContent(theirs, target.slug);
+      const m = base ? mergePage(base.content, current.content, theirs) : null;
+      if (!m || m.kind === 'conflict') {
+        const content = analyzeContent(theirs, target.slug);
+        const proposal = await insertProposal(ctx, trx, p, {
+          kind: 'edit',
+          origin: 'conflict',
+          pageId: current.id,
+          path: current.path,
+          content: theirs,
+          baseHash: base?.hash ?? null,
+          baseCommit: null,
+          reason: m ? m.reason : 'The base you wrote against is not in this page\'s history',
+          sensitivity: highest(current.sensitivity, current.block_level, content.sensitivity, content.blockLevel),
+        });
+        await pushEvents(ctx, trx, p.workspaceId, [
+          {
+            principalId: p.id,
+            kind: 'conflict',
+            pageId: current.id,
+            proposalId: proposal.id,
+            payload: { proposal_id: proposal.id, page_id: current.id, path: current.path, reason: proposal.reason },
+          },
+        ]);
+        return { kind: 'conflict' as const, proposal, current };
+      }
+      raw = m.content;
+      merged = true;
+    } else {
+      raw = applyUpdate(current.content, update);
+    }
+    const content = analyzeContent(raw, target.slug);
+    enforce(decideWrite(p, rowFacts(current), facts(current.path, content)));
+    if (raw === current.content) return { kind: 'ok' as const, row: current, changed: false, merged };
+    return { kind: 'ok' as const, row: await commitPage(trx, p, { action: 'update', existing: current, target, content, message }), changed: true, merged };
+  });
+  if (result.kind === 'conflict') {
+    const { proposal, current } = result;
+    throw conflict('The page changed since you read it and your change does not merge cleanly; it was saved as a proposal', 'conflict', {
+      proposal: presentProposal(p, proposal),
+      current: { content_hash: current.content_hash, commit_sha: current.commit_sha },
+    });
+  }
+  return { record: presentPage(p, result.row), changed: result.changed, merged: result.merged };
+}
+
+/** A change either landed, or (the spec's "else proposal") became a proposal. */

@@ -1,0 +1,134 @@
+import type { FastifyInstance } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import type { CoreContext } from '../../core/context.js';
+import { getThread, markThreadRead, MAX_BODY_CHARS, MAX_MENTIONS, postMessage, THREAD_KINDS, unlockThread } from '../../core/threads.js';
+import { caller } from '../auth.js';
+import { errors, optionalBody } from '../schemas.js';
+
+const Ref = z.object({ id: z.string().min(1).max(1000).describe('A page id (pg_…) or its URL-encoded path') });
+
+const AuthorSchema = z.object({ id: z.string(), name: z.string(), kind: z.enum(['human', 'agent']) });
+
+const MessageSchema = z.object({
+  id: z.string(),
+  seq: z.number().int(),
+  author: AuthorSchema,
+  kind: z.enum(THREAD_KINDS),
+  body: z.string(),
+  reply_to: z.string().nullable(),
+  mentions: z.array(z.string()).describe('Principal ids mentioned'),
+  created_at: z.string(),
+});
+
+const ThreadStateSchema = z.object({
+  page_id: z.string(),
+  path: z.string(),
+  locked: z.boolean().describe('Locked by the loop breaker: agents cannot post until an editor or owner unlocks it'),
+  locked_at: z.string().nullable(),
+  agent_hops: z.number().int().describe('Consecutive agent-authored messages; the 4th locks the thread'),
+  unread: z.number().int().describe('Messages by others after your last read'),
+  last_read_seq: z.number().int(),
+});
+
+const PostBody = z.strictObject({
+  body: z
+    .string()
+    .min(1)
+    .max(MAX_BODY_CHARS)
+    .refine((s) => s.trim().length > 0, { message: 'The body must not be blank' }),
+  kind: z.enum(THREAD_KINDS).default('comment'),
+  reply_to: z.string().min(1).max(100).nullable().optional().describe('Id of a message of this page'),
+  mentions: z
+    .array(z.string().trim().min(1).max(200))
+    .max(MAX_MENTIONS)
+    .default([])
+    .describe('Principal ids or @names (display name, case-insensitive)'),
+});
+
+const PostResultSchema = MessageSchema.extend({
+  thread: z.object({ locked: z.boolean(), locked_at: z.string().nullable(), agent_hops: z.number().int() }),
+});
+
+export async function threadRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
+  const r = app.withTypeProvider<ZodTypeProvider>();
+  const tags = ['threads'];
+
+  r.get(
+    '/api/v1/nodes/:id/threads',
+    {
+      schema: {
+        tags,
+        summary: "The page's thread: messages in order and its state (read access to the page)",
+        params: Ref,
+        querystring: z.object({
+          after: z.coerce.number().int().min(0).default(0).describe('Only messages with a greater seq'),
+          limit: z.coerce.number().int().min(1).max(500).default(200),
+        }),
+        response: {
+          200: ThreadStateSchema.extend({
+            messages: z.array(MessageSchema),
+            next_after: z.number().int().nullable().describe('Pass as after= for more; null when there are no more'),
+          }),
+          ...errors(400, 401, 404),
+        },
+      },
+    },
+    async (req) => getThread(ctx, caller(req), req.params.id, req.query),
+  );
+
+  for (const url of ['/api/v1/nodes/:id/threads', '/api/v1/nodes/:id/threads/messages']) {
+    r.post(
+      url,
+      {
+        schema: {
+          tags,
+          summary:
+            url.endsWith('/messages')
+              ? 'Alias of POST /api/v1/nodes/:id/threads'
+              : 'Post a message (collab grant for agents; any member for humans); mentions and replies reach those who can read the page',
+          params: Ref,
+          body: PostBody,
+          response: { 201: PostResultSchema, ...errors(400, 401, 403, 404, 423) },
+        },
+      },
+      async (req, reply) => reply.code(201).send(await postMessage(ctx, caller(req), req.params.id, req.body)),
+    );
+  }
+
+  r.post(
+    '/api/v1/nodes/:id/threads/read',
+    {
+      schema: {
+        tags,
+        summary: 'Mark the thread read up to its latest message',
+        params: Ref,
+        body: optionalBody(z.strictObject({})),
+        response: { 200: ThreadStateSchema, ...errors(400, 401, 404) },
+      },
+    },
+    async (req) => markThreadRead(ctx, caller(req), req.params.id),
+  );
+
+  r.post(
+    '/api/v1/nodes/:id/threads/unlock',
+    {
+      config: { auth: 'session' },
+      schema: {
+        tags,
+        summary: 'Unlock a thread the loop breaker locked (editor or owner, session)',
+        params: Ref,
+        body: optionalBody(z.strictObject({})),
+        response: {
+          200: ThreadStateSchema.extend({
+            changed: z.boolean().describe('false when the thread was not locked'),
+            unlocked_by: z.string().nullable(),
+            unlocked_at: z.string().nullable(),
+          }),
+          ...errors(400, 401, 403, 404),
+        },
+      },
+    },
+    async (req) => unlockThread(ctx, caller(req), req.params.id),
+  );
+}

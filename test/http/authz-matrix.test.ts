@@ -1,0 +1,884 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Action, Role } from '../../src/policy/principal.js';
+import { ACTOR_IDS, cloneClient, PASSWORD, setupWorld, type Actor, type ActorId, type World } from '../support/actors.js';
+import { testEngines } from '../support/engines.js';
+import { startTestServer, type Res, type TestServer } from '../support/server.js';
+
+/**
+ * The authorization matrix of issue 3: every endpoint × every kind of caller → the exact
+ * status and code.
+ *
+ * Rows are the endpoints (ROWS, one object each; a `variant` adds a second row for the same
+ * route, for example the step-up gate of a secret grant). Columns are the actors of
+ * test/support/actors.ts. Expectations come from rules, not from what the server answers:
+ *
+ *  1. Public routes (spec auth P) answer the same to everyone, whatever credential is sent.
+ *  2. Otherwise no credentials → 401 `unauthorized`; a dead credential (expired, revoked,
+ *     locked-out or IP-pinned key, `oa_…`, `gt_…`) → 401 `invalid_token` (spec §5 O and G,
+ *     §7; docs/decisions.md "Keys": every dead-key case answers the same 401).
+ *  3. Session-only routes (spec S) with a live agent key → 403 `session_required`
+ *     (docs/errors.md; docs/decisions.md "Agents get 403 session_required on every members
+ *     and invites route", "Agents never satisfy [step-up] (session_required)").
+ *  4. Everything else is the row's own `expect` record, usually built from a profile below
+ *     (pageRead, pageWrite, owners, ownerStepUpGate…) and overridden per actor with the
+ *     decision it follows.
+ *
+ * Mutating rows build a fresh resource in every cell (page, agent, key, invite, member,
+ * workspace), and the lockdown cells work on a workspace of their own, so cells never
+ * depend on one another. Cells that rules 2 and 3 refuse before any handler runs share one
+ * such resource per row (real ids all the same; see `fixturesFor`): a sign-up hashes a
+ * password, and most of those cells would otherwise pay for one each.
+ *
+ * A new endpoint is one row; a new actor is one column in ACTOR_IDS and in setupWorld, and
+ * then every row must say what it expects of it (the "authz matrix table" test checks that).
+ * A route without a row fails the completeness test against the server's routeList.
+ */
+
+type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+
+/** The spec's auth column: P public, S session only (pending sessions included), SK session or agent key. */
+type Auth = 'P' | 'S' | 'SK';
+
+interface Outcome {
+  status: number;
+  code?: string;
+  /** Fields the answer must carry (checked with toMatchObject). */
+  body?: Record<string, unknown>;
+}
+
+interface Cell {
+  w: World;
+  actor: Actor;
+}
+
+interface Req {
+  path: string;
+  body?: unknown;
+  headers?: Record<string, string>;
+}
+
+interface Row {
+  method: Method;
+  /** The route pattern exactly as Fastify registers it (routeList). */
+  route: string;
+  variant?: string;
+  auth: Auth;
+  /** The grant action an agent needs here ("agent without the grant" lacks exactly this one). */
+  grant?: Action;
+  /** The cell ends or changes the caller's session (logout, step-up): use a fresh equivalent one. */
+  freshCaller?: boolean;
+  request(c: Cell): Req | Promise<Req>;
+  /** Outcomes for the actors rules 1–3 do not decide. */
+  expect: Partial<Record<ActorId, Outcome>>;
+  /** Public rows: the one answer everyone gets (default 200). */
+  publicAnswer?: Outcome;
+}
+
+const ok = (status = 200): Outcome => ({ status });
+const err = (status: number, code: string): Outcome => ({ status, code });
+const FORBIDDEN = err(403, 'forbidden');
+const NOT_FOUND = err(404, 'not_found');
+const STEP_UP = err(403, 'step_up_required');
+const WS_NOT_FOUND = err(404, 'workspace_not_found');
+const EXCEEDS_ROLE = err(403, 'grant_exceeds_role');
+/**
+ * Spec "(write, else proposal)": a caller without write but with propose gets a proposal
+ * instead of the change — 202 `{proposed: true, proposal}` (issue 4, src/http/routes/nodes.ts
+ * sendOutcome). Before issue 4 this was 403 forbidden.
+ */
+const PROPOSED: Outcome = { status: 202, body: { proposed: true } };
+
+const HUMANS = ['viewer', 'editor', 'owner', 'ownerStepUp'] as const satisfies readonly ActorId[];
+const LIVE_AGENTS = ['foreignKey', 'agentNoGrant', 'agentLowCeiling'] as const satisfies readonly ActorId[];
+
+type Cells = Partial<Record<ActorId, Outcome>>;
+const each = (ids: readonly ActorId[], o: Outcome): Cells => Object.fromEntries(ids.map((id) => [id, o]));
+
+/** Every live caller, human or agent, gets `o` (workspace-agnostic routes: me, whoami, lists). */
+const everyone = (o: Outcome): Cells => ({ ...each(HUMANS, o), ...each(LIVE_AGENTS, o) });
+/** Session routes any member may call (agents are refused by rule 3). */
+const anyHuman = (o: Outcome): Cells => each(HUMANS, o);
+/** Spec "S own": owners only; viewers and editors get 403 forbidden. */
+const owners = (o: Outcome): Cells => ({ viewer: FORBIDDEN, editor: FORBIDDEN, owner: o, ownerStepUp: o });
+/** Spec "S own +U": owner role first, then the step-up (core/security.ts checks in that order). */
+const ownerStepUpGate = (o: Outcome): Cells => ({ viewer: FORBIDDEN, editor: FORBIDDEN, owner: STEP_UP, ownerStepUp: o });
+/**
+ * Reading a page (spec "S K (read)"). A page of another workspace, outside the read grants or
+ * above the ceiling is 404 not_found, never 403 (docs/errors.md "A page you may not read is
+ * not forbidden"). agentLowCeiling reads a confidential page with an internal ceiling.
+ */
+const pageRead = (o: Outcome): Cells => ({
+  foreignKey: NOT_FOUND,
+  agentNoGrant: NOT_FOUND,
+  agentLowCeiling: NOT_FOUND,
+  ...anyHuman(o),
+});
+/**
+ * Changing a page (spec "S K (write)"): the page must be visible first (404 as for reads);
+ * then a write grant, which the agent without it (it still reads) and viewers lack → 403.
+ */
+const pageWrite = (o: Outcome): Cells => ({
+  foreignKey: NOT_FOUND,
+  agentNoGrant: FORBIDDEN,
+  agentLowCeiling: NOT_FOUND,
+  viewer: FORBIDDEN,
+  editor: o,
+  owner: o,
+  ownerStepUp: o,
+});
+
+const enc = encodeURIComponent;
+const READ_GRANT = [{ action: 'read', scope: '*', ceiling: 'internal' }];
+
+/** The shared page an actor reads: confidential for the low-ceiling agent, internal for the rest. */
+const sharedPage = (c: Cell) => (c.actor.pageSensitivity === 'confidential' ? c.w.pages.confidential : c.w.pages.internal);
+/** A fresh page of A at the actor's sensitivity. */
+const freshPage = (c: Cell, opts: { archived?: boolean; dir?: string } = {}) => c.w.page({ sensitivity: c.actor.pageSensitivity, ...opts });
+
+/** A fresh open proposal by A's owner on a fresh page at the actor's sensitivity; its id. */
+async function freshProposal(c: Cell): Promise<string> {
+  const page = await freshPage(c);
+  const res = await c.w.admin.post('/api/v1/proposals', { node_id: page.id, content: 'proposed by the owner\n' });
+  if (res.status !== 201) throw new Error(`proposal fixture: ${res.status} ${res.text}`);
+  return res.body.id as string;
+}
+
+/** Humans join the lockdown workspace with their role in A; other callers are not members. */
+const roleOf = (a: Actor): Role | undefined => a.human?.role;
+
+// ---------------------------------------------------------------------------------------------
+// The rows. Order follows src/app.ts.
+// ---------------------------------------------------------------------------------------------
+
+const ROWS: Row[] = [
+  // --- Health and the API description: public.
+  { method: 'GET', route: '/healthz', auth: 'P', request: () => ({ path: '/healthz' }), expect: {} },
+  { method: 'GET', route: '/readyz', auth: 'P', request: () => ({ path: '/readyz' }), expect: {} },
+  { method: 'GET', route: '/api/v1/openapi.json', auth: 'P', request: () => ({ path: '/api/v1/openapi.json' }), expect: {} },
+
+  // --- Sign-up (three spellings) and login: public; a credential sent along is ignored.
+  ...['/api/v1/auth/signup', '/auth/signup', '/api/auth/signup'].map(
+    (route): Row => ({
+      method: 'POST',
+      route,
+      auth: 'P',
+      request: ({ w }) => ({ path: route, body: { email: `${w.uniq('su')}@example.com`, password: PASSWORD, name: 'Matrix Signup' } }),
+      expect: {},
+      publicAnswer: ok(201),
+    }),
+  ),
+  {
+    method: 'POST',
+    route: '/api/auth/login',
+    auth: 'P',
+    request: ({ w }) => ({ path: '/api/auth/login', body: { email: w.stranger.email, password: PASSWORD } }),
+    expect: {},
+  },
+
+  // --- Second factor and sessions (spec §4 "Auth and sessions").
+  {
+    method: 'POST',
+    route: '/api/auth/totp/verify',
+    auth: 'S',
+    request: () => ({ path: '/api/auth/totp/verify', body: { code: '000000' } }),
+    // The session is already active: nothing to verify (core/second-factor.ts, 409 not_pending).
+    expect: anyHuman(err(409, 'not_pending')),
+  },
+  {
+    method: 'POST',
+    route: '/api/auth/totp/enroll',
+    auth: 'S',
+    // Without a code: a new, inactive secret and its otpauth:// URI (docs/decisions.md "Enrolment").
+    request: () => ({ path: '/api/auth/totp/enroll' }),
+    expect: anyHuman(ok()),
+  },
+  {
+    method: 'POST',
+    route: '/api/auth/stepup',
+    auth: 'S',
+    freshCaller: true,
+    request: () => ({ path: '/api/auth/stepup', body: { password: PASSWORD } }),
+    expect: anyHuman(ok()),
+  },
+  { method: 'GET', route: '/api/auth/sessions', auth: 'S', request: () => ({ path: '/api/auth/sessions' }), expect: anyHuman(ok()) },
+  {
+    method: 'DELETE',
+    route: '/api/auth/sessions/:id',
+    variant: 'one of your own sessions',
+    auth: 'S',
+    request: async ({ w, actor }) => {
+      const other = await (actor.human ? w.login(actor.human) : w.login(w.stranger));
+      const list = await other.get('/api/auth/sessions');
+      const id = list.body.sessions.find((x: { current: boolean }) => x.current).id as string;
+      return { path: `/api/auth/sessions/${id}` };
+    },
+    expect: anyHuman(ok()),
+  },
+  {
+    method: 'DELETE',
+    route: '/api/auth/sessions/:id',
+    variant: "someone else's session",
+    auth: 'S',
+    request: async ({ w }) => {
+      const theirs = await w.login(w.stranger);
+      const id = (await theirs.get('/api/auth/sessions')).body.sessions.find((x: { current: boolean }) => x.current).id as string;
+      return { path: `/api/auth/sessions/${id}` };
+    },
+    // docs/decisions.md "Session lifetime": another user's id is 404.
+    expect: anyHuman(NOT_FOUND),
+  },
+  { method: 'POST', route: '/api/auth/logout', auth: 'S', freshCaller: true, request: () => ({ path: '/api/auth/logout' }), expect: anyHuman(ok()) },
+  { method: 'GET', route: '/api/auth/me', auth: 'S', request: () => ({ path: '/api/auth/me' }), expect: anyHuman(ok()) },
+
+  // --- Identity.
+  { method: 'GET', route: '/api/v1/me', auth: 'SK', request: () => ({ path: '/api/v1/me' }), expect: everyone(ok()) },
+  {
+    method: 'PATCH',
+    route: '/api/v1/me',
+    auth: 'S',
+    request: ({ actor }) => ({ path: '/api/v1/me', body: { name: actor.human?.name ?? 'Matrix' } }),
+    expect: anyHuman(ok()),
+  },
+  { method: 'GET', route: '/api/v1/whoami', auth: 'SK', request: () => ({ path: '/api/v1/whoami' }), expect: everyone(ok()) },
+  {
+    method: 'GET',
+    route: '/api/v1/whoami',
+    variant: 'naming workspace A in X-Service-Workspace',
+    auth: 'SK',
+    request: ({ w }) => ({ path: '/api/v1/whoami', headers: { 'x-service-workspace': w.ws.slug } }),
+    // An agent key names only its own workspace (docs/errors.md workspace_not_found).
+    expect: { ...everyone(ok()), foreignKey: WS_NOT_FOUND },
+  },
+
+  // --- Agents, grants and keys (spec §4 "Agents, grants and tokens").
+  { method: 'GET', route: '/api/v1/principals', auth: 'SK', request: () => ({ path: '/api/v1/principals' }), expect: everyone(ok()) },
+  {
+    method: 'POST',
+    route: '/api/v1/principals',
+    auth: 'S',
+    request: ({ w }) => ({ path: '/api/v1/principals', body: { name: w.uniq('new-agent'), ceiling: 'internal', grants: READ_GRANT } }),
+    // Any member may create an agent with grants within their role (docs/decisions.md "Grants never exceed the granting human").
+    expect: anyHuman(ok(201)),
+  },
+  {
+    method: 'POST',
+    route: '/api/v1/principals',
+    variant: 'with an admin grant',
+    auth: 'S',
+    request: ({ w }) => ({
+      path: '/api/v1/principals',
+      body: { name: w.uniq('new-agent'), ceiling: 'internal', grants: [{ action: 'admin', scope: '*', ceiling: 'internal' }] },
+    }),
+    // Only owners hold admin, so only they can hand it out (spec §5 rule 3).
+    expect: { viewer: EXCEEDS_ROLE, editor: EXCEEDS_ROLE, owner: ok(201), ownerStepUp: ok(201) },
+  },
+  {
+    method: 'POST',
+    route: '/api/v1/principals',
+    variant: 'with ceiling secret',
+    auth: 'S',
+    request: ({ w }) => ({ path: '/api/v1/principals', body: { name: w.uniq('new-agent'), ceiling: 'secret', grants: [] } }),
+    // Above the viewer's (internal) and editor's (confidential) role ceiling; for owners
+    // granting secret is a +U act (docs/decisions.md "Step-up … granting secret").
+    expect: { viewer: EXCEEDS_ROLE, editor: EXCEEDS_ROLE, owner: STEP_UP, ownerStepUp: ok(201) },
+  },
+  {
+    method: 'GET',
+    route: '/api/v1/principals/:id',
+    auth: 'SK',
+    request: ({ w }) => ({ path: `/api/v1/principals/${w.targetAgentId}` }),
+    // Agents of A see it (as id, name, kind); an agent id of another workspace is not_found.
+    expect: { ...everyone(ok()), foreignKey: NOT_FOUND },
+  },
+  {
+    method: 'DELETE',
+    route: '/api/v1/principals/:id',
+    variant: "an agent the owner created",
+    auth: 'S',
+    request: async ({ w }) => ({ path: `/api/v1/principals/${await w.agent()}` }),
+    // Creator or owner (spec "S (creator or owner)").
+    expect: owners(ok()),
+  },
+  {
+    method: 'DELETE',
+    route: '/api/v1/principals/:id',
+    variant: 'an agent the caller created',
+    auth: 'S',
+    request: async ({ w, actor }) => ({ path: `/api/v1/principals/${await w.agent(actor.human ? cloneClient(actor.human.client) : undefined)}` }),
+    expect: anyHuman(ok()),
+  },
+  {
+    method: 'GET',
+    route: '/api/v1/principals/:id/grants',
+    variant: "another agent's grants",
+    auth: 'SK',
+    request: ({ w }) => ({ path: `/api/v1/principals/${w.targetAgentId}/grants` }),
+    // An agent may read its own grants, not other agents' (docs/decisions.md "Grants never exceed…").
+    expect: { ...anyHuman(ok()), foreignKey: NOT_FOUND, agentNoGrant: FORBIDDEN, agentLowCeiling: FORBIDDEN },
+  },
+  {
+    method: 'GET',
+    route: '/api/v1/principals/:id/grants',
+    variant: "the calling agent's own grants",
+    auth: 'SK',
+    request: ({ w, actor }) => ({ path: `/api/v1/principals/${actor.agentId?.() ?? w.targetAgentId}/grants` }),
+    expect: everyone(ok()),
+  },
+  {
+    method: 'PUT',
+    route: '/api/v1/principals/:id/grants',
+    auth: 'S',
+    request: async ({ w }) => ({ path: `/api/v1/principals/${await w.agent()}/grants`, body: { grants: READ_GRANT } }),
+    expect: owners(ok()),
+  },
+  {
+    method: 'PUT',
+    route: '/api/v1/principals/:id/grants',
+    variant: 'a secret grant',
+    auth: 'S',
+    request: async ({ w }) => ({ path: `/api/v1/principals/${await w.agent()}/grants`, body: { grants: [{ action: 'read', scope: '*', ceiling: 'secret' }] } }),
+    // Who may manage the agent is checked first (creator or owner), then the +U for secret.
+    expect: ownerStepUpGate(ok()),
+  },
+  {
+    method: 'GET',
+    route: '/api/v1/principals/:id/tokens',
+    auth: 'S',
+    request: ({ w }) => ({ path: `/api/v1/principals/${w.targetAgentId}/tokens` }),
+    expect: owners(ok()),
+  },
+  {
+    method: 'POST',
+    route: '/api/v1/principals/:id/tokens',
+    auth: 'S',
+    request: async ({ w }) => ({ path: `/api/v1/principals/${await w.agent()}/tokens`, body: { name: 'matrix' } }),
+    expect: owners(ok(201)),
+  },
+  {
+    method: 'DELETE',
+    route: '/api/v1/principals/:id/tokens/:tid',
+    auth: 'S',
+    request: async ({ w }) => {
+      const a = await w.agentWithKey();
+      return { path: `/api/v1/principals/${a.id}/tokens/${a.keyId}` };
+    },
+    expect: owners(ok()),
+  },
+
+  // --- Safety acts: lockdown, elevations, git tokens (spec "+U").
+  {
+    method: 'POST',
+    route: '/api/v1/workspaces/:ws/lockdown',
+    variant: 'a workspace of its own, where the caller has its role in A',
+    auth: 'S',
+    request: async ({ w, actor }) => {
+      // Destructive: a fresh workspace per cell; a human caller joins it with its role in A.
+      const role = roleOf(actor);
+      const h = await w.host(role && actor.human ? { client: actor.human.client, role } : undefined);
+      return { path: `/api/v1/workspaces/${h.ws.slug}/lockdown` };
+    },
+    expect: ownerStepUpGate(ok()),
+  },
+  {
+    method: 'POST',
+    route: '/api/v1/workspaces/:ws/lockdown',
+    variant: 'a workspace the caller is not a member of',
+    auth: 'S',
+    request: async ({ w }) => ({ path: `/api/v1/workspaces/${(await w.host()).ws.slug}/lockdown` }),
+    // A workspace you are not a member of does not exist for you (docs/decisions.md "Two URL forms").
+    expect: anyHuman(WS_NOT_FOUND),
+  },
+  {
+    method: 'POST',
+    route: '/api/v1/elevations',
+    auth: 'S',
+    request: async ({ w }) => ({ path: '/api/v1/elevations', body: { agent_id: await w.agent(), minutes: 5, reason: 'matrix' } }),
+    // docs/decisions.md "Elevations": owner with step-up.
+    expect: ownerStepUpGate(ok(201)),
+  },
+  {
+    method: 'POST',
+    route: '/api/v1/elevations',
+    variant: 'an agent of another workspace',
+    auth: 'S',
+    request: ({ w }) => ({ path: '/api/v1/elevations', body: { agent_id: w.foreign.agentId, minutes: 5, reason: 'matrix' } }),
+    // docs/errors.md not_found: "an agent or key id is unknown or belongs to another workspace".
+    expect: ownerStepUpGate(NOT_FOUND),
+  },
+  {
+    method: 'POST',
+    route: '/api/v1/me/git-tokens',
+    auth: 'S',
+    request: () => ({ path: '/api/v1/me/git-tokens', body: { name: 'matrix' } }),
+    // Spec "S +U" (not "own"): any human, with step-up (docs/decisions.md "Git tokens").
+    expect: { viewer: STEP_UP, editor: STEP_UP, owner: STEP_UP, ownerStepUp: ok(201) },
+  },
+
+  // --- Spaces.
+  { method: 'GET', route: '/api/v1/spaces', auth: 'SK', request: () => ({ path: '/api/v1/spaces' }), expect: everyone(ok()) },
+  {
+    method: 'POST',
+    route: '/api/v1/spaces',
+    auth: 'SK',
+    grant: 'admin',
+    request: ({ w }) => ({ path: '/api/v1/spaces', body: { id: w.uniq('sp'), name: 'Matrix' } }),
+    // Admin over the whole workspace (docs/errors.md forbidden). The foreign agent holds
+    // admin in its own workspace and creates the Space there; the ceiling plays no part.
+    expect: {
+      foreignKey: ok(201),
+      agentNoGrant: FORBIDDEN,
+      agentLowCeiling: ok(201),
+      viewer: FORBIDDEN,
+      editor: FORBIDDEN,
+      owner: ok(201),
+      ownerStepUp: ok(201),
+    },
+  },
+  {
+    method: 'GET',
+    route: '/api/v1/spaces/:s/tree',
+    auth: 'SK',
+    grant: 'read',
+    request: () => ({ path: '/api/v1/spaces/vault/tree' }),
+    // A Space you can read nothing in is not_found (docs/errors.md); the low-ceiling agent may
+    // read there (its confidential pages are just left out of the tree).
+    expect: { ...pageRead(ok()), agentLowCeiling: ok() },
+  },
+
+  // --- Pages.
+  {
+    method: 'POST',
+    route: '/api/v1/nodes',
+    auth: 'SK',
+    grant: 'write',
+    request: ({ w, actor }) => ({
+      path: '/api/v1/nodes',
+      body: { path: `scratch/new/${w.uniq('n')}.md`, content: `---\nsensitivity: ${actor.pageSensitivity}\n---\n# New\n` },
+    }),
+    // The foreign agent writes in its own workspace. The low-ceiling agent writes a
+    // confidential page: above its ceiling (docs/errors.md forbidden).
+    expect: { foreignKey: ok(201), agentNoGrant: FORBIDDEN, agentLowCeiling: FORBIDDEN, viewer: FORBIDDEN, editor: ok(201), owner: ok(201), ownerStepUp: ok(201) },
+  },
+  {
+    method: 'POST',
+    route: '/api/v1/nodes',
+    variant: 'naming workspace A in X-Service-Workspace',
+    auth: 'SK',
+    grant: 'write',
+    request: ({ w }) => ({
+      path: '/api/v1/nodes',
+      headers: { 'x-service-workspace': w.ws.id },
+      body: { path: `scratch/new/${w.uniq('n')}.md`, content: '# New\n' },
+    }),
+    expect: { foreignKey: WS_NOT_FOUND, agentNoGrant: FORBIDDEN, agentLowCeiling: ok(201), viewer: FORBIDDEN, editor: ok(201), owner: ok(201), ownerStepUp: ok(201) },
+  },
+  {
+    method: 'GET',
+    route: '/api/v1/nodes/:id',
+    variant: 'by id',
+    auth: 'SK',
+    grant: 'read',
+    request: (c) => ({ path: `/api/v1/nodes/${sharedPage(c).id}` }),
+    expect: pageRead(ok()),
+  },
+  {
+    method: 'GET',
+    route: '/api/v1/nodes/:id',
+    variant: 'by path',
+    auth: 'SK',
+    grant: 'read',
+    request: (c) => ({ path: `/api/v1/nodes/${enc(sharedPage(c).path)}` }),
+    expect: pageRead(ok()),
+  },
+  {
+    method: 'PUT',
+    route: '/api/v1/nodes/:id',
+    auth: 'SK',
+    grant: 'write',
+    request: async (c) => ({ path: `/api/v1/nodes/${(await freshPage(c)).id}`, body: { content: '# Replaced\n' } }),
+    expect: pageWrite(ok()),
+  },
+  {
+    method: 'PATCH',
+    route: '/api/v1/nodes/:id',
+    auth: 'SK',
+    grant: 'write',
+    request: async (c) => ({ path: `/api/v1/nodes/${(await freshPage(c)).id}`, body: { body: 'Patched.\n' } }),
+    expect: pageWrite(ok()),
+  },
+  {
+    method: 'DELETE',
+    route: '/api/v1/nodes/:id',
+    auth: 'SK',
+    grant: 'admin',
+    request: async (c) => ({ path: `/api/v1/nodes/${(await freshPage(c)).id}` }),
+    // Spec "S +U, K (admin)": a human needs write over the page and step-up (docs/decisions.md
+    // "Step-up … Gates: deleting a page"), so the editor meets the gate and the viewer does not
+    // get that far; the agent that reads but lacks admin is forbidden.
+    expect: { ...pageWrite(ok()), editor: STEP_UP, owner: STEP_UP },
+  },
+  {
+    method: 'GET',
+    route: '/api/v1/nodes/:id/history',
+    auth: 'SK',
+    grant: 'read',
+    request: (c) => ({ path: `/api/v1/nodes/${sharedPage(c).id}/history` }),
+    expect: pageRead(ok()),
+  },
+  {
+    method: 'GET',
+    route: '/api/v1/nodes/:id/diff',
+    auth: 'SK',
+    grant: 'read',
+    request: (c) => ({ path: `/api/v1/nodes/${sharedPage(c).id}/diff` }),
+    // Spec "owner-level read": raw content needs secret-level read (docs/decisions.md "Diff"),
+    // which only the owner role reaches; agents never do without an elevation.
+    expect: { ...pageRead(ok()), viewer: FORBIDDEN, editor: FORBIDDEN },
+  },
+  {
+    method: 'POST',
+    route: '/api/v1/nodes/:id/move',
+    variant: 'within the same audience',
+    auth: 'SK',
+    grant: 'write',
+    request: async (c) => ({ path: `/api/v1/nodes/${(await freshPage(c, { dir: 'mv' })).id}/move`, body: { to: `scratch/moved/${c.w.uniq('m')}.md` } }),
+    expect: pageWrite(ok()),
+  },
+  {
+    method: 'POST',
+    route: '/api/v1/nodes/:id/move',
+    variant: 'to a wider audience (an agent reads pub/ only)',
+    auth: 'SK',
+    grant: 'write',
+    request: async (c) => ({ path: `/api/v1/nodes/${(await freshPage(c, { dir: 'mvw' })).id}/move`, body: { to: `pub/${c.w.uniq('m')}.md` } }),
+    // docs/decisions.md "Wider audience": a +U gate, after the write check.
+    expect: { ...pageWrite(ok()), editor: STEP_UP, owner: STEP_UP },
+  },
+  {
+    method: 'POST',
+    route: '/api/v1/nodes/:id/archive',
+    auth: 'SK',
+    grant: 'write',
+    request: async (c) => ({ path: `/api/v1/nodes/${(await freshPage(c)).id}/archive`, body: { reason: 'manual' } }),
+    // Spec "S K (write, else proposal)": the viewer and the agent without write both hold propose.
+    expect: { ...pageWrite(ok()), viewer: PROPOSED, agentNoGrant: PROPOSED },
+  },
+  {
+    method: 'POST',
+    route: '/api/v1/nodes/:id/restore',
+    auth: 'SK',
+    grant: 'write',
+    request: async (c) => ({ path: `/api/v1/nodes/${(await freshPage(c, { archived: true })).id}/restore` }),
+    expect: pageWrite(ok()),
+  },
+
+  // --- Workspaces.
+  { method: 'GET', route: '/api/v1/workspaces', auth: 'SK', request: () => ({ path: '/api/v1/workspaces' }), expect: everyone(ok()) },
+  {
+    method: 'POST',
+    route: '/api/v1/workspaces',
+    auth: 'S',
+    request: ({ w }) => ({ path: '/api/v1/workspaces', body: { name: w.uniq('Matrix WS') } }),
+    expect: anyHuman(ok(201)),
+  },
+
+  // --- Members and invites, in both URL forms (docs/decisions.md "Two URL forms, one meaning").
+  ...(['/api/v1', '/api/v1/workspaces/:ws'] as const).flatMap((prefix): Row[] => {
+    const at = (w: World, rest: string) => `${prefix.replace(':ws', w.ws.slug)}${rest}`;
+    const rows: Row[] = [
+      { method: 'GET', route: `${prefix}/members`, auth: 'S', request: ({ w }) => ({ path: at(w, '/members') }), expect: anyHuman(ok()) },
+      {
+        method: 'PATCH',
+        route: `${prefix}/members/:id`,
+        auth: 'S',
+        request: async ({ w }) => ({ path: at(w, `/members/${(await w.member('viewer')).id}`), body: { role: 'editor' } }),
+        // docs/decisions.md "Members": only owners change roles.
+        expect: owners(ok()),
+      },
+      {
+        method: 'DELETE',
+        route: `${prefix}/members/:id`,
+        variant: 'another member',
+        auth: 'S',
+        request: async ({ w }) => ({ path: at(w, `/members/${(await w.member('viewer')).id}`) }),
+        // Only owners remove others (leaving is the caller's own id; not a cell here, as it would end the actor's membership).
+        expect: owners(ok()),
+      },
+      { method: 'GET', route: `${prefix}/invites`, auth: 'S', request: ({ w }) => ({ path: at(w, '/invites') }), expect: owners(ok()) },
+      {
+        method: 'POST',
+        route: `${prefix}/invites`,
+        auth: 'S',
+        request: ({ w }) => ({ path: at(w, '/invites'), body: { role: 'viewer' } }),
+        expect: owners(ok(201)),
+      },
+      {
+        method: 'DELETE',
+        route: `${prefix}/invites/:id`,
+        auth: 'S',
+        request: async ({ w }) => ({ path: at(w, `/invites/${(await w.invite('viewer')).id}`) }),
+        expect: owners(ok()),
+      },
+    ];
+    if (prefix === '/api/v1') return rows;
+    // The :ws form naming a workspace the caller is not a member of (workspace F), with F's ids.
+    const inF = (w: World, rest: string) => `/api/v1/workspaces/${w.foreign.ws.slug}${rest}`;
+    const notMember = 'workspace F, of which the caller is not a member';
+    return [
+      ...rows,
+      { method: 'GET', route: `${prefix}/members`, variant: notMember, auth: 'S', request: ({ w }) => ({ path: inF(w, '/members') }), expect: anyHuman(WS_NOT_FOUND) },
+      {
+        method: 'PATCH',
+        route: `${prefix}/members/:id`,
+        variant: notMember,
+        auth: 'S',
+        request: ({ w }) => ({ path: inF(w, `/members/${w.foreign.owner.id}`), body: { role: 'viewer' } }),
+        expect: anyHuman(WS_NOT_FOUND),
+      },
+      {
+        method: 'DELETE',
+        route: `${prefix}/members/:id`,
+        variant: notMember,
+        auth: 'S',
+        request: ({ w }) => ({ path: inF(w, `/members/${w.foreign.owner.id}`) }),
+        expect: anyHuman(WS_NOT_FOUND),
+      },
+      { method: 'GET', route: `${prefix}/invites`, variant: notMember, auth: 'S', request: ({ w }) => ({ path: inF(w, '/invites') }), expect: anyHuman(WS_NOT_FOUND) },
+      {
+        method: 'POST',
+        route: `${prefix}/invites`,
+        variant: notMember,
+        auth: 'S',
+        request: ({ w }) => ({ path: inF(w, '/invites'), body: { role: 'owner' } }),
+        expect: anyHuman(WS_NOT_FOUND),
+      },
+      {
+        method: 'DELETE',
+        route: `${prefix}/invites/:id`,
+        variant: notMember,
+        auth: 'S',
+        request: async ({ w }) => ({ path: inF(w, `/invites/${(await w.invite('viewer', w.foreign.owner.client, w.foreign.ws.slug)).id}`) }),
+        expect: anyHuman(WS_NOT_FOUND),
+      },
+    ];
+  }),
+  {
+    method: 'POST',
+    route: '/api/v1/invites/:token/accept',
+    auth: 'S',
+    // A fresh invite into another human's workspace (every human actor is already in A).
+    request: async ({ w }) => ({ path: `/api/v1/invites/${(await w.invite('viewer', w.stranger.client, w.stranger.ws.slug)).token}/accept` }),
+    expect: anyHuman(ok()),
+  },
+
+  // --- Proposals (issue 4; docs/decisions.md "Merging and proposals").
+  { method: 'GET', route: '/api/v1/proposals', auth: 'SK', request: () => ({ path: '/api/v1/proposals' }), expect: everyone(ok()) },
+  {
+    method: 'POST',
+    route: '/api/v1/proposals',
+    auth: 'SK',
+    grant: 'propose',
+    request: (c) => ({ path: '/api/v1/proposals', body: { node_id: sharedPage(c).id, content: 'proposed\n', reason: 'matrix' } }),
+    // Every human role holds propose; a page the caller cannot read is 404 as for reads.
+    expect: { foreignKey: NOT_FOUND, agentNoGrant: FORBIDDEN, agentLowCeiling: NOT_FOUND, ...anyHuman(ok(201)) },
+  },
+  {
+    method: 'GET',
+    route: '/api/v1/proposals/:id',
+    auth: 'SK',
+    request: async (c) => ({ path: `/api/v1/proposals/${await freshProposal(c)}` }),
+    // A proposal exists for whoever can read what it touches.
+    expect: pageRead(ok()),
+  },
+  {
+    method: 'POST',
+    route: '/api/v1/proposals/:id/accept',
+    auth: 'S',
+    request: async (c) => ({ path: `/api/v1/proposals/${await freshProposal(c)}/accept` }),
+    expect: { viewer: FORBIDDEN, editor: ok(), owner: ok(), ownerStepUp: ok() },
+  },
+  {
+    method: 'POST',
+    route: '/api/v1/proposals/:id/reject',
+    auth: 'S',
+    request: async (c) => ({ path: `/api/v1/proposals/${await freshProposal(c)}/reject`, body: { reason: 'matrix' } }),
+    expect: { viewer: FORBIDDEN, editor: ok(), owner: ok(), ownerStepUp: ok() },
+  },
+
+  // --- Threads and inbox (issue 4; docs/decisions.md "Threads and inbox").
+  {
+    method: 'GET',
+    route: '/api/v1/nodes/:id/threads',
+    auth: 'SK',
+    grant: 'read',
+    request: (c) => ({ path: `/api/v1/nodes/${sharedPage(c).id}/threads` }),
+    expect: pageRead(ok()),
+  },
+  ...['/api/v1/nodes/:id/threads', '/api/v1/nodes/:id/threads/messages'].map(
+    (route): Row => ({
+      method: 'POST',
+      route,
+      auth: 'SK',
+      grant: 'collab',
+      request: async (c) => ({ path: route.replace(':id', (await freshPage(c)).id), body: { body: 'matrix says hi' } }),
+      // Every human role holds collab (viewers may post).
+      expect: { foreignKey: NOT_FOUND, agentNoGrant: FORBIDDEN, agentLowCeiling: NOT_FOUND, ...anyHuman(ok(201)) },
+    }),
+  ),
+  {
+    method: 'POST',
+    route: '/api/v1/nodes/:id/threads/read',
+    auth: 'SK',
+    grant: 'read',
+    request: (c) => ({ path: `/api/v1/nodes/${sharedPage(c).id}/threads/read` }),
+    expect: pageRead(ok()),
+  },
+  {
+    method: 'POST',
+    route: '/api/v1/nodes/:id/threads/unlock',
+    auth: 'S',
+    request: async (c) => ({ path: `/api/v1/nodes/${(await freshPage(c)).id}/threads/unlock` }),
+    expect: { viewer: FORBIDDEN, editor: ok(), owner: ok(), ownerStepUp: ok() },
+  },
+  { method: 'GET', route: '/api/v1/inbox', auth: 'SK', request: () => ({ path: '/api/v1/inbox' }), expect: everyone(ok()) },
+  { method: 'POST', route: '/api/v1/inbox/ack', auth: 'SK', request: () => ({ path: '/api/v1/inbox/ack', body: { up_to: 0 } }), expect: everyone(ok()) },
+];
+
+/**
+ * Routes the matrix does not cover, each with its reason. They belong to other faces with
+ * their own credentials and their own tests.
+ */
+const NOT_IN_MATRIX: { pattern: RegExp; why: string }[] = [
+  { pattern: /^\/login(\/|$)/, why: 'HTML sign-in pages: CSRF-protected forms, covered by the browser test' },
+  { pattern: /^\/invite\//, why: 'HTML invite landing pages, covered by the browser test' },
+  { pattern: /^\/oauth(\/|$)/, why: 'OAuth endpoints (later issue): their own client credentials and error format' },
+  { pattern: /^\/git(\/|$)/, why: 'git smart HTTP: git tokens over Basic auth, its own matrix' },
+  { pattern: /^\/mcp(\/|$)/, why: 'MCP (K O): OAuth tokens are valid there, its own matrix' },
+  { pattern: /^\/w\/[^/]+\/mcp(\/|$)/, why: 'MCP pinned to a workspace, as /mcp' },
+  { pattern: /^\/\.well-known\//, why: 'public OAuth metadata documents' },
+];
+
+// ---------------------------------------------------------------------------------------------
+// The rules.
+// ---------------------------------------------------------------------------------------------
+
+const rowKey = (r: Row) => `${r.method} ${r.route}`;
+const rowLabel = (r: Row) => `${rowKey(r)}${r.variant ? ` [${r.variant}]` : ''}`;
+
+function expected(row: Row, actor: Actor): Outcome {
+  if (row.auth === 'P') return row.publicAnswer ?? ok();
+  if (actor.kind === 'anonymous') return err(401, 'unauthorized');
+  if (actor.kind === 'dead') return err(401, 'invalid_token');
+  if (row.auth === 'S' && actor.kind === 'agent') return err(403, 'session_required');
+  const o = row.expect[actor.id];
+  if (!o) throw new Error(`The matrix row ${rowLabel(row)} says nothing about ${actor.id} (${actor.about})`);
+  return o;
+}
+
+/** True when rules 2 or 3 refuse the cell on its credential alone, before the route's handler. */
+function refusedByCredential(row: Row, actor: Actor): boolean {
+  return row.auth !== 'P' && (actor.kind === 'anonymous' || actor.kind === 'dead' || (row.auth === 'S' && actor.kind === 'agent'));
+}
+
+/**
+ * The fixture factories a cell uses. Cells refused on their credential never reach the
+ * handler, so they share one resource per row and call (made on first use): should one of
+ * them wrongly get through, that cell fails on its own status, and the rest are still refused
+ * before they could notice the shared resource changed.
+ */
+const shared = new Map<string, World>();
+function fixturesFor(w: World, row: Row, actor: Actor): World {
+  if (!refusedByCredential(row, actor)) return w;
+  const key = `${w.s.engine} ${rowLabel(row)}`;
+  let m = shared.get(key);
+  if (!m) {
+    const memo = <A extends unknown[], R>(f: (...args: A) => Promise<R>) => {
+      const cache = new Map<string, Promise<R>>();
+      return (...args: A): Promise<R> => {
+        const k = JSON.stringify(args, (_k, v: unknown) => (v instanceof Map ? [...v] : v));
+        let p = cache.get(k);
+        if (!p) cache.set(k, (p = f(...args)));
+        return p;
+      };
+    };
+    m = { ...w, page: memo(w.page), agent: memo(w.agent), agentWithKey: memo(w.agentWithKey), invite: memo(w.invite), member: memo(w.member), host: memo(w.host), login: memo(w.login) };
+    shared.set(key, m);
+  }
+  return m;
+}
+
+const show = (o: Outcome) => (o.code ? `${o.status} ${o.code}` : `${o.status}`);
+
+function check(row: Row, actor: Actor, want: Outcome, res: Res): void {
+  const cell = `${rowLabel(row)} × ${actor.id} (${actor.about})`;
+  const got: Outcome = res.status >= 400 && res.body && typeof res.body === 'object' ? { status: res.status, code: res.body.code } : { status: res.status };
+  expect(show(got), `${cell}: expected ${show(want)}, got ${res.status} ${res.text.slice(0, 300)}`).toBe(show(want));
+  if (want.body) expect(res.body, `${cell}: body`).toMatchObject(want.body);
+  if (want.code) {
+    // The error body of spec §7: {error:{code, message}, code}.
+    expect(res.body.error?.code, `${cell}: error.code`).toBe(want.code);
+    expect(String(res.body.error?.message ?? '').trim().length, `${cell}: error.message`).toBeGreaterThan(0);
+  }
+}
+
+// The table itself is checked without a server: every row says what it expects of every actor the rules leave open.
+describe('authz matrix table', () => {
+  it('every row has an outcome for every actor the rules leave open, and no outcome the rules override', () => {
+    const problems: string[] = [];
+    for (const row of ROWS) {
+      for (const id of ACTOR_IDS) {
+        const given = row.expect[id] !== undefined;
+        const open =
+          row.auth !== 'P' &&
+          (HUMANS as readonly string[]).concat(row.auth === 'SK' ? (LIVE_AGENTS as readonly string[]) : []).includes(id);
+        if (open && !given) problems.push(`${rowLabel(row)}: no outcome for ${id}`);
+        if (!open && given) problems.push(`${rowLabel(row)}: outcome for ${id} is decided by the rules and would be ignored`);
+      }
+    }
+    const labels = ROWS.map(rowLabel);
+    for (const l of new Set(labels)) if (labels.filter((x) => x === l).length > 1) problems.push(`duplicate row ${l}`);
+    expect(problems).toEqual([]);
+  });
+});
+
+describe.each(testEngines())('authorization matrix (%s)', (engine) => {
+  let s: TestServer;
+  let w: World;
+
+  beforeAll(async () => {
+    s = await startTestServer(engine);
+    w = await setupWorld(s);
+  }, 120_000);
+  afterAll(async () => s?.stop());
+
+  it('has a row for every route of /api, /auth, /healthz and /readyz, and no row for a route that does not exist', () => {
+    const routes = [...new Set(s.app.routeList)];
+    const covered = new Set(ROWS.map(rowKey));
+    const missing = routes.filter((r) => {
+      const path = r.slice(r.indexOf(' ') + 1);
+      return !covered.has(r) && !NOT_IN_MATRIX.some((x) => x.pattern.test(path));
+    });
+    expect(missing, `routes without a matrix row — add one row object each to ROWS (or, for another face, a reason to NOT_IN_MATRIX): ${missing.join(', ')}`).toEqual([]);
+    const stale = [...covered].filter((k) => !routes.includes(k));
+    expect(stale, `matrix rows for routes the server does not register: ${stale.join(', ')}`).toEqual([]);
+  });
+
+  for (const row of ROWS) {
+    describe(rowLabel(row), () => {
+      for (const id of ACTOR_IDS) {
+        it(id, async () => {
+          const actor = w.actors[id];
+          const want = expected(row, actor);
+          await actor.prepare?.();
+          const req = await row.request({ w: fixturesFor(w, row, actor), actor });
+          const client = row.freshCaller ? await actor.fresh(row.grant) : actor.client(row.grant);
+          const res = await client.request(row.method, req.path, {
+            ...(req.body !== undefined ? { json: req.body } : {}),
+            ...(req.headers ? { headers: req.headers } : {}),
+          });
+          check(row, actor, want, res);
+        });
+      }
+    });
+  }
+});
