@@ -33,7 +33,9 @@ async function freePort(): Promise<number> {
 /** Starts `npm start`'s entry point as its own process, as an operator would. */
 async function spawnService(env: Record<string, string>): Promise<{ child: ChildProcess; url: string }> {
   const port = await freePort();
-  const child = spawn(TSX, ['src/main.ts'], {
+  // One process: `node --import tsx`, so a SIGKILL reaches the server itself (the tsx CLI
+  // would run it as a child that outlives its killed parent).
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
     cwd: ROOT,
     env: { ...process.env, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMITS: 'off', ...env },
     stdio: 'ignore',
