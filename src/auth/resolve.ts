@@ -71,9 +71,9 @@ async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): P
     .where('agent_keys.token_hash', '=', hashSecret(secret))
     .executeTakeFirst();
   // One message for every dead key: the caller learns nothing about which check failed.
-  const dead = unauthorized('The agent key is invalid, expired or revoked', 'invalid_token');
-  if (!key || key.revoked_at || key.deleted_at || key.epoch !== key.token_epoch) throw dead;
-  if (key.expires_at && Date.parse(key.expires_at) <= Date.now()) throw dead;
+  const dead = () => unauthorized('The agent key is invalid, expired or revoked', 'invalid_token');
+  if (!key || key.revoked_at || key.deleted_at || key.epoch !== key.token_epoch) throw dead();
+  if (key.expires_at && Date.parse(key.expires_at) <= Date.now()) throw dead();
   if (key.ip_pin && !sameIp(key.ip_pin, c.ip)) throw unauthorized('This key is pinned to another IP address', 'invalid_token');
   if (c.workspace && c.workspace !== key.workspaceId && c.workspace !== key.slug) {
     throw notFound(`Workspace ${c.workspace} not found`, 'workspace_not_found');

@@ -44,7 +44,7 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
     file.pragma('synchronous = FULL');
     file.pragma('foreign_keys = ON');
     file.pragma('busy_timeout = 5000');
-    db = new Kysely<DB>({ dialect: new SqliteDialect({ database: file }) });
+    db = new Kysely<DB>({ dialect: new SqliteDialect({ database: withStatementCache(file) }) });
   }
   await migrate(db, dialect);
   return {
@@ -52,6 +52,29 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
     dialect,
     close: () => db.destroy(),
   };
+}
+
+/**
+ * Kysely prepares every query anew; preparing was an eighth of a page read's CPU. Statements
+ * are reusable and better-sqlite3 runs one at a time, so a bounded cache keyed by SQL is safe.
+ */
+function withStatementCache(file: Database.Database, max = 500): Database.Database {
+  const cache = new Map<string, Database.Statement>();
+  const prepare = file.prepare.bind(file);
+  return new Proxy(file, {
+    get(target, prop, receiver) {
+      if (prop !== 'prepare') return Reflect.get(target, prop, receiver) as unknown;
+      return (source: string) => {
+        let stmt = cache.get(source);
+        if (!stmt) {
+          stmt = prepare(source);
+          if (cache.size >= max) cache.delete(cache.keys().next().value as string);
+          cache.set(source, stmt);
+        }
+        return stmt;
+      };
+    },
+  });
 }
 
 /** True when the database answers a trivial query. */
