@@ -62,6 +62,18 @@ describe.each(testEngines())('merging, proposals and their events (%s)', (engine
     expect((await inbox(viewer)).some((e) => e.proposal_id === res.body.proposal.id)).toBe(false);
   });
 
+  it('refuses a stale write from a caller who may not write, without making a proposal', async () => {
+    const reader = (await createAgentWithKey(owner, [{ action: 'read' }, { action: 'propose' }], { name: 'reader-only' })).client;
+    const c = await owner.post('/api/v1/nodes', { path: 'eng/merge/ro.md', content: doc(['one', 'two']) });
+    await owner.put(`/api/v1/nodes/${c.body.id}`, { content: doc(['one', 'TWO']) });
+    for (const who of [reader, viewer]) {
+      const before = (await owner.get('/api/v1/proposals?status=open&limit=200')).body.proposals.length;
+      const res = await who.put(`/api/v1/nodes/${c.body.id}`, { content: doc(['one', 'two!']) }, { 'if-match': `"${c.body.content_hash}"` });
+      expectError(res, 403, 'forbidden');
+      expect((await owner.get('/api/v1/proposals?status=open&limit=200')).body.proposals.length).toBe(before);
+    }
+  });
+
   it('loses no write when two agents race on one page for many rounds', async () => {
     const a = (await createAgentWithKey(owner, [{ action: 'read' }, { action: 'write' }], { name: 'racer-a' })).client;
     const b = (await createAgentWithKey(owner, [{ action: 'read' }, { action: 'write' }], { name: 'racer-b' })).client;

@@ -130,10 +130,11 @@ export async function updatePage(
     if (preconditionMatches(current, pre) === false) {
       const base = await baseContent(trx, current, pre);
       const theirs = applyUpdate(base?.content ?? current.content, update);
-      analyzeContent(theirs, target.slug);
+      const content = analyzeContent(theirs, target.slug);
+      // Only a writer may have a conflict kept as a proposal: check the write first.
+      enforce(decideWrite(p, rowFacts(current), facts(current.path, content)));
       const m = base ? mergePage(base.content, current.content, theirs) : null;
       if (!m || m.kind === 'conflict') {
-        const content = analyzeContent(theirs, target.slug);
         const proposal = await insertProposal(ctx, trx, p, {
           kind: 'edit',
           origin: 'conflict',

@@ -13,6 +13,7 @@ import {
 } from '../../auth/sessions.js';
 import { beginLogin, signup } from '../../core/accounts.js';
 import { notFound } from '../../core/errors.js';
+import { findWorkspace } from '../../core/workspaces.js';
 import { enrollTotp, stepUp, verifyLoginCode } from '../../core/second-factor.js';
 import type { CoreContext } from '../../core/context.js';
 import { workspacesOf } from '../../core/workspaces.js';
@@ -123,7 +124,7 @@ export async function authRoutes(app: FastifyInstance, ctx: CoreContext): Promis
       return {
         status: 'ok' as const,
         principal: { id: p.id, name: who.name, email: who.email ?? '' },
-        workspace: { id: p.workspaceId, slug: p.workspaceSlug, name: p.workspaceSlug },
+        workspace: { id: p.workspaceId, slug: p.workspaceSlug, name: (await findWorkspace(ctx.store.db, p.workspaceId))?.name ?? p.workspaceSlug },
         csrf_token: csrf,
       };
     },
