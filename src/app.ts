@@ -16,6 +16,7 @@ import { meRoutes } from './http/routes/me.js';
 import { nodeRoutes } from './http/routes/nodes.js';
 import { principalRoutes } from './http/routes/principals.js';
 import { proposalRoutes } from './http/routes/proposals.js';
+import { retrievalRoutes } from './http/routes/retrieval.js';
 import { securityRoutes } from './http/routes/security.js';
 import { spaceRoutes } from './http/routes/spaces.js';
 import { threadRoutes } from './http/routes/threads.js';
@@ -87,6 +88,7 @@ export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise
   await securityRoutes(app, ctx);
   await spaceRoutes(app, ctx);
   await nodeRoutes(app, ctx);
+  await retrievalRoutes(app, ctx);
   await proposalRoutes(app, ctx);
   await threadRoutes(app, ctx);
   await inboxRoutes(app, ctx);

@@ -3,6 +3,7 @@ import type { Dialect } from './db.js';
 import * as m001 from './migrations/001_initial.js';
 import * as m002 from './migrations/002_identity.js';
 import * as m003 from './migrations/003_collaboration.js';
+import * as m004 from './migrations/004_retrieval.js';
 
 interface Migration {
   name: string;
@@ -14,6 +15,7 @@ const MIGRATIONS: Migration[] = [
   { name: '001_initial', up: m001.up },
   { name: '002_identity', up: m002.up },
   { name: '003_collaboration', up: m003.up },
+  { name: '004_retrieval', up: m004.up },
 ];
 
 export async function migrate<T>(db: Kysely<T>, dialect: Dialect): Promise<string[]> {

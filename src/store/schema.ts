@@ -1,3 +1,5 @@
+import type { Generated } from 'kysely';
+
 /**
  * Table types shared by both engines. Timestamps are ISO-8601 UTC strings
  * (`Date#toISOString()`), which sort correctly as text on SQLite and PostgreSQL;
@@ -288,6 +290,46 @@ export interface InboxEventsTable {
   done_at: string | null;
 }
 
+/** A chunk of a page (src/retrieval/chunking.ts); PostgreSQL adds a generated `tsv` column, SQLite an FTS5 table. */
+export interface PageSectionsTable {
+  id: Generated<number>;
+  workspace_id: string;
+  page_id: string;
+  ord: number;
+  title: string;
+  heading: string;
+  heading_level: number;
+  text: string;
+  /** The `::: level` of the block the chunk lies in, or null outside every block. */
+  block_level: string | null;
+}
+
+export interface PageLinksTable {
+  workspace_id: string;
+  source_id: string;
+  ord: number;
+  target: string;
+  kind: 'wiki' | 'markdown';
+  text: string;
+  /** The lowest reader level that sees the link: null outside every block above public. */
+  block_level: string | null;
+  target_key: string | null;
+  target_id: string | null;
+}
+
+/** The lower-cased names a page answers to: path, path without `.md`, slug, title. */
+export interface PageKeysTable {
+  workspace_id: string;
+  key: string;
+  page_id: string;
+}
+
+export interface PageTagsTable {
+  workspace_id: string;
+  page_id: string;
+  tag: string;
+}
+
 export interface DB {
   workspaces: WorkspacesTable;
   principals: PrincipalsTable;
@@ -312,4 +354,8 @@ export interface DB {
   threads: ThreadsTable;
   thread_reads: ThreadReadsTable;
   inbox_events: InboxEventsTable;
+  page_sections: PageSectionsTable;
+  page_links: PageLinksTable;
+  page_keys: PageKeysTable;
+  page_tags: PageTagsTable;
 }

@@ -535,6 +535,27 @@ const ROWS: Row[] = [
     // which only the owner role reaches; agents never do without an elevation.
     expect: { ...pageRead(ok()), viewer: FORBIDDEN, editor: FORBIDDEN },
   },
+  // --- Retrieval (issue 5): backlinks and related read like the page; search needs the search grant.
+  ...['/api/v1/nodes/:id/backlinks', '/api/v1/nodes/:id/related'].map(
+    (route): Row => ({
+      method: 'GET',
+      route,
+      auth: 'SK',
+      grant: 'read',
+      request: (c) => ({ path: route.replace(':id', sharedPage(c).id) }),
+      expect: pageRead(ok()),
+    }),
+  ),
+  {
+    method: 'GET',
+    route: '/api/v1/search',
+    auth: 'SK',
+    grant: 'search',
+    request: () => ({ path: '/api/v1/search?q=matrix' }),
+    // Every role holds search; an agent without a search grant anywhere is 403. Another
+    // workspace's agent searches its own workspace (200, nothing of A).
+    expect: { ...everyone(ok()), agentNoGrant: FORBIDDEN },
+  },
   {
     method: 'POST',
     route: '/api/v1/nodes/:id/move',

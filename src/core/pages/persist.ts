@@ -1,6 +1,7 @@
 import type { Transaction } from 'kysely';
 import type { PageFacts } from '../../policy/pages.js';
 import type { Principal } from '../../policy/principal.js';
+import { indexPage } from '../../retrieval/indexer.js';
 import type { DB, PagesTable } from '../../store/schema.js';
 import { appendAudit } from '../audit.js';
 import { badRequest, conflict } from '../errors.js';
@@ -98,6 +99,8 @@ export async function commitPage(
   } else {
     await trx.insertInto('pages').values(row).execute();
   }
+  // Keyword index, links and tags are current when the write is acknowledged (src/retrieval/).
+  await indexPage(trx, row);
   await trx
     .insertInto('page_versions')
     .values({

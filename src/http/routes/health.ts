@@ -25,10 +25,13 @@ export async function healthRoutes(app: FastifyInstance, ctx: CoreContext): Prom
       try {
         const row = await ctx.store.db
           .selectFrom('pages')
-          .select([sql<number>`count(*)`.as('n'), sql<string | null>`max(updated_at)`.as('at')])
+          .select(sql<number>`count(*)`.as('n'))
           .where('deleted_at', 'is', null)
           .executeTakeFirstOrThrow();
-        return { status: 'ok' as const, version: VERSION, nodes: Number(row.n), indexed_at: row.at };
+        // The keyword index is written in each page write's own transaction, deletes included:
+        // the latest page write is the latest indexed write.
+        const idx = await ctx.store.db.selectFrom('pages').select(sql<string | null>`max(updated_at)`.as('at')).executeTakeFirstOrThrow();
+        return { status: 'ok' as const, version: VERSION, nodes: Number(row.n), indexed_at: idx.at };
       } catch {
         return reply.code(503).send({ status: 'unavailable' as const, version: VERSION });
       }

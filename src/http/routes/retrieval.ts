@@ -1,0 +1,119 @@
+import type { FastifyInstance } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import type { CoreContext } from '../../core/context.js';
+import { pageBacklinks, relatedPages } from '../../retrieval/related.js';
+import { SEARCH_MODES, searchPages } from '../../retrieval/search.js';
+import { caller } from '../auth.js';
+import { errors, QueryBool } from '../schemas.js';
+
+/** Longest accepted `q`; longer queries are 400 (only the first terms are used anyway). */
+export const MAX_QUERY_CHARS = 4000;
+export const SEARCH_MAX_LIMIT = 50;
+export const SEARCH_DEFAULT_LIMIT = 10;
+
+const Ref = z.object({ id: z.string().min(1).max(1000).describe('A page id (pg_…) or its URL-encoded path') });
+
+/** Filter values are compared with stored paths and tags; control characters never match one (and PostgreSQL refuses NUL). */
+const NoControl = /^[^\u0000-\u001f\u007f]*$/;
+const FilterText = (max: number) => z.string().max(max).regex(NoControl, 'must not contain control characters');
+
+const Entry = z.object({ id: z.string(), path: z.string(), title: z.string(), state: z.string(), why: z.string() });
+
+/** `tags=a,b` or `tags=a&tags=b`: every tag given must be on the page. */
+const Tags = z
+  .union([FilterText(2000), z.array(FilterText(2000)).max(50)])
+  .transform((v) => [v].flat().flatMap((s) => s.split(',')).map((s) => s.trim()).filter((s) => s !== ''));
+
+export async function retrievalRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
+  const r = app.withTypeProvider<ZodTypeProvider>();
+
+  r.get(
+    '/api/v1/search',
+    {
+      schema: {
+        tags: ['retrieval'],
+        summary: 'Search pages: one result per page with its best section as snippet; filters are exact',
+        querystring: z.object({
+          q: z.string().max(MAX_QUERY_CHARS).default('').describe('Words to look for; quotes and operators are read as plain words'),
+          space: FilterText(100).optional(),
+          cluster: FilterText(512).optional().describe('A folder path; pages in it and in its sub-folders'),
+          tags: Tags.optional(),
+          mode: z.enum(SEARCH_MODES).default('hybrid').describe('hybrid and vector answer the keyword ranking until vectors exist (mode_used says so)'),
+          limit: z.coerce.number().int().min(1).max(SEARCH_MAX_LIMIT).default(SEARCH_DEFAULT_LIMIT),
+          include_archived: QueryBool.default(false),
+        }),
+        response: {
+          200: z.object({
+            mode: z.enum(SEARCH_MODES),
+            mode_used: z.literal('fts'),
+            note: z.string().optional(),
+            results: z.array(
+              z.object({
+                id: z.string(),
+                path: z.string(),
+                title: z.string(),
+                space: z.string(),
+                cluster_path: z.string(),
+                tags: z.array(z.string()),
+                state: z.string(),
+                score: z.number(),
+                section: z.string().describe("The best section's heading"),
+                snippet: z.string(),
+              }),
+            ),
+          }),
+          ...errors(400, 401, 403),
+        },
+      },
+    },
+    async (req) => {
+      const q = req.query;
+      return searchPages(ctx, caller(req), {
+        q: q.q,
+        space: q.space,
+        cluster: q.cluster,
+        tags: q.tags,
+        mode: q.mode,
+        limit: q.limit,
+        includeArchived: q.include_archived,
+      });
+    },
+  );
+
+  r.get(
+    '/api/v1/nodes/:id/backlinks',
+    {
+      schema: {
+        tags: ['pages'],
+        summary: 'Pages linking to this one ([[wiki]] and relative markdown links), those you may read',
+        params: Ref,
+        response: { 200: z.object({ id: z.string(), path: z.string(), backlinks: z.array(Entry) }), ...errors(400, 401, 404) },
+      },
+    },
+    async (req) => pageBacklinks(ctx, caller(req), req.params.id),
+  );
+
+  r.get(
+    '/api/v1/nodes/:id/related',
+    {
+      schema: {
+        tags: ['pages'],
+        summary: 'Links, backlinks, folder neighbours and pages sharing tags, each with why',
+        params: Ref,
+        response: {
+          200: z.object({
+            id: z.string(),
+            path: z.string(),
+            links: z.array(Entry),
+            backlinks: z.array(Entry),
+            neighbours: z.array(Entry),
+            shared_tags: z.array(Entry),
+          }),
+          ...errors(400, 401, 404),
+        },
+      },
+    },
+    async (req) => relatedPages(ctx, caller(req), req.params.id),
+  );
+}

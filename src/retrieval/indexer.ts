@@ -1,0 +1,135 @@
+import type { Kysely, Transaction } from 'kysely';
+import { extractLinks, maxBlockLevel, parseDocument, redactBlocks } from '../markdown/index.js';
+import { visibleUnder } from '../policy/access.js';
+import { LEVELS, type Level } from '../policy/sensitivity.js';
+import type { DB, PagesTable } from '../store/schema.js';
+import { chunkBody } from './chunking.js';
+import { linkKey, pageKeys, pickTarget } from './links.js';
+
+type Exec = Kysely<DB> | Transaction<DB>;
+
+const BATCH = 200;
+
+async function insertBatched<T>(rows: T[], insert: (batch: T[]) => Promise<unknown>): Promise<void> {
+  for (let i = 0; i < rows.length; i += BATCH) await insert(rows.slice(i, i + BATCH));
+}
+
+/**
+ * Brings a page's keyword index, links, tags and keys in line with its row, in the caller's
+ * transaction (commitPage calls it for every create, update, move, archive, restore and
+ * delete). Everything is rebuilt from the row: a page is small and a write is rare next to reads.
+ */
+export async function indexPage(db: Exec, row: PagesTable): Promise<void> {
+  const ws = row.workspace_id;
+  await db.deleteFrom('page_sections').where('page_id', '=', row.id).execute();
+  await db.deleteFrom('page_links').where('source_id', '=', row.id).execute();
+  await db.deleteFrom('page_keys').where('page_id', '=', row.id).execute();
+  await db.deleteFrom('page_tags').where('page_id', '=', row.id).execute();
+  if (row.deleted_at !== null) {
+    // Links that reached this page by id may reach a page created later at its name.
+    await db.updateTable('page_links').set({ target_id: null }).where('workspace_id', '=', ws).where('target_id', '=', row.id).execute();
+    return;
+  }
+
+  const { body } = parseDocument(row.content);
+  const chunks = chunkBody(body);
+  await insertBatched(chunks, (b) =>
+    db
+      .insertInto('page_sections')
+      .values(
+        b.map((c) => ({
+          workspace_id: ws,
+          page_id: row.id,
+          ord: c.ord,
+          title: row.title,
+          heading: c.heading,
+          heading_level: c.headingLevel,
+          text: c.text,
+          block_level: c.blockLevel,
+        })),
+      )
+      .execute(),
+  );
+
+  const tags = JSON.parse(row.tags) as string[];
+  if (tags.length > 0) {
+    await insertBatched([...new Set(tags)], (b) =>
+      db.insertInto('page_tags').values(b.map((tag) => ({ workspace_id: ws, page_id: row.id, tag }))).execute(),
+    );
+  }
+
+  const keys = pageKeys(row.path, row.title);
+  await db.insertInto('page_keys').values(keys.map((key) => ({ workspace_id: ws, key, page_id: row.id }))).execute();
+
+  const links = linkLevels(body, JSON.parse(row.links) as { target: string; kind: 'wiki' | 'markdown'; text: string }[]);
+  if (links.length > 0) {
+    const withKeys = links.map((l, ord) => ({ ...l, ord, key: linkKey(l, row.cluster_path) }));
+    const wanted = [...new Set(withKeys.map((l) => l.key).filter((k): k is string => k !== null))];
+    const found = new Map<string, { id: string; path: string }[]>();
+    for (let i = 0; i < wanted.length; i += BATCH) {
+      const rows = await db
+        .selectFrom('page_keys')
+        .innerJoin('pages', 'pages.id', 'page_keys.page_id')
+        .select(['page_keys.key', 'pages.id', 'pages.path'])
+        .where('page_keys.workspace_id', '=', ws)
+        .where('page_keys.key', 'in', wanted.slice(i, i + BATCH))
+        .where('pages.deleted_at', 'is', null)
+        .execute();
+      for (const r of rows) found.set(r.key, [...(found.get(r.key) ?? []), { id: r.id, path: r.path }]);
+    }
+    await insertBatched(withKeys, (b) =>
+      db
+        .insertInto('page_links')
+        .values(
+          b.map((l) => ({
+            workspace_id: ws,
+            source_id: row.id,
+            ord: l.ord,
+            target: l.target,
+            kind: l.kind,
+            text: l.text,
+            block_level: l.blockLevel,
+            target_key: l.key,
+            target_id: l.key === null ? null : (pickTarget(found.get(l.key) ?? [], l.key, row.path)?.id ?? null),
+          })),
+        )
+        .execute(),
+    );
+  }
+
+  // Links written before this page existed (or before it had this name) now reach it.
+  await db
+    .updateTable('page_links')
+    .set({ target_id: row.id })
+    .where('workspace_id', '=', ws)
+    .where('target_id', 'is', null)
+    .where('target_key', 'in', keys)
+    .execute();
+}
+
+/**
+ * Each link with the lowest reader level that sees it: null when it is outside every block
+ * above public, else the level of the blocks it sits in. A link inside a `::: secret` block
+ * must not make its source a backlink for readers who cannot see the block.
+ */
+function linkLevels<L extends { target: string }>(body: string, links: L[]): (L & { blockLevel: Level | null })[] {
+  if (links.length === 0 || maxBlockLevel(body) === null) return links.map((l) => ({ ...l, blockLevel: null }));
+  const levelOf = new Map<string, Level | null>();
+  for (const level of LEVELS) {
+    for (const l of extractLinks(redactBlocks(body, visibleUnder(level)))) {
+      if (!levelOf.has(l.target)) levelOf.set(l.target, level === 'public' ? null : level);
+    }
+  }
+  // A link the redacted bodies never show (it straddles a block edge) counts as the highest level.
+  return links.map((l) => ({ ...l, blockLevel: levelOf.has(l.target) ? levelOf.get(l.target)! : 'secret' }));
+}
+
+/** Indexes every live page (migration 004, and a rebuild after the chunker changes). */
+export async function reindexAll(db: Kysely<DB>): Promise<number> {
+  const ids = await db.selectFrom('pages').select('id').where('deleted_at', 'is', null).orderBy('id').execute();
+  for (const { id } of ids) {
+    const row = await db.selectFrom('pages').selectAll().where('id', '=', id).executeTakeFirstOrThrow();
+    await indexPage(db, row);
+  }
+  return ids.length;
+}

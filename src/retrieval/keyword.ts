@@ -1,0 +1,72 @@
+import { sql, type RawBuilder } from 'kysely';
+
+/** Query parsing for keyword search: user text becomes plain terms, never engine syntax. */
+
+/** At most this many terms are used; the rest of a very long query is ignored. */
+export const MAX_TERMS = 32;
+const MAX_TERM_LENGTH = 64;
+
+/**
+ * The terms of a query: runs of letters and digits (any script, NFKC-folded), lower-cased,
+ * deduplicated. Quotes, operators (AND, OR, NOT, NEAR, `*`, `^`, `-`, `:`) and punctuation are
+ * separators, not syntax: a user's query can never be an engine query.
+ */
+export function queryTerms(q: string): string[] {
+  const out: string[] = [];
+  for (const m of q.normalize('NFKC').matchAll(/[\p{L}\p{N}\p{M}]+/gu)) {
+    const t = m[0].toLowerCase().slice(0, MAX_TERM_LENGTH);
+    if (!out.includes(t)) out.push(t);
+    if (out.length >= MAX_TERMS) break;
+  }
+  return out;
+}
+
+/** An FTS5 MATCH string: each term a quoted string, all required (AND) or any (OR). */
+export function fts5Match(terms: string[], op: 'AND' | 'OR'): string {
+  return terms.map((t) => `"${t.replaceAll('"', '""')}"`).join(` ${op} `);
+}
+
+/**
+ * A PostgreSQL tsquery built from the terms. Terms hold only letters, digits and marks, so they
+ * cannot be tsquery syntax; each still goes through `plainto_tsquery`, which never raises, and
+ * the results are joined with && or ||. Stop words become empty queries and drop out.
+ */
+export function pgTsQuery(terms: string[], op: 'AND' | 'OR'): RawBuilder<unknown> {
+  const parts = terms.map((t) => sql`plainto_tsquery('english', ${foldPg(t)})`);
+  // Parenthesised: `@@` and `&&` share a precedence, so `tsv @@ a && b` would read as `(tsv @@ a) && b`.
+  return sql`(${sql.join(parts, op === 'AND' ? sql` && ` : sql` || `)})`;
+}
+
+/**
+ * Diacritics folding for PostgreSQL, which has no `remove_diacritics` without the unaccent
+ * extension: each precomposed Latin letter (U+00C0–U+024F, U+1E00–U+1EFF) whose compatibility
+ * decomposition is one ASCII letter plus marks maps to that letter. The index applies it with
+ * `translate()` (immutable, so a generated column may use it) and queries with `foldPg`.
+ * Migration 004 bakes these strings into the column: change them only with a new migration.
+ */
+function buildFold(): { from: string; to: string } {
+  let from = '';
+  let to = '';
+  for (const [lo, hi] of [
+    [0xc0, 0x24f],
+    [0x1e00, 0x1eff],
+  ] as const) {
+    for (let cp = lo; cp <= hi; cp++) {
+      const ch = String.fromCodePoint(cp);
+      const base = ch.normalize('NFKD').replace(/\p{M}/gu, '');
+      if (base.length === 1 && /^[A-Za-z]$/.test(base) && base !== ch) {
+        from += ch;
+        to += base;
+      }
+    }
+  }
+  return { from, to };
+}
+
+export const PG_FOLD = buildFold();
+const FOLD_MAP = new Map([...PG_FOLD.from].map((c, i) => [c, PG_FOLD.to[i]!]));
+
+/** Folds a query term the way the PostgreSQL index folds text. */
+export function foldPg(term: string): string {
+  return [...term].map((c) => FOLD_MAP.get(c) ?? c).join('');
+}

@@ -1,0 +1,103 @@
+import { sql, type Kysely } from 'kysely';
+import type { Dialect } from '../db.js';
+import type { DB } from '../schema.js';
+import { reindexAll } from '../../retrieval/indexer.js';
+import { PG_FOLD } from '../../retrieval/keyword.js';
+
+/**
+ * Retrieval (keyword slice): sections with the engine's full-text index, links between pages,
+ * tags and the names a page answers to (for `[[wiki]]` links). All of it is written by
+ * commitPage inside the page's own transaction; existing pages are indexed here once.
+ */
+export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
+  if (dialect === 'postgres') {
+    const fold = (col: string) => sql`translate(${sql.ref(col)}, ${sql.lit(PG_FOLD.from)}, ${sql.lit(PG_FOLD.to)})`;
+    await sql`create table page_sections (
+      id bigserial primary key,
+      workspace_id text not null references workspaces(id),
+      page_id text not null,
+      ord integer not null,
+      title text not null,
+      heading text not null,
+      heading_level integer not null,
+      text text not null,
+      block_level text,
+      tsv tsvector generated always as (
+        setweight(to_tsvector('english', ${fold('title')}), 'A') ||
+        setweight(to_tsvector('english', ${fold('heading')}), 'B') ||
+        to_tsvector('english', ${fold('text')})
+      ) stored,
+      unique (page_id, ord)
+    )`.execute(db);
+    await sql`create index page_sections_tsv on page_sections using gin (tsv)`.execute(db);
+  } else {
+    await sql`create table page_sections (
+      id integer primary key,
+      workspace_id text not null references workspaces(id),
+      page_id text not null,
+      ord integer not null,
+      title text not null,
+      heading text not null,
+      heading_level integer not null,
+      text text not null,
+      block_level text,
+      unique (page_id, ord)
+    )`.execute(db);
+    // External-content FTS5 over page_sections, kept in step by triggers.
+    await sql`create virtual table page_sections_fts using fts5(
+      title, heading, text,
+      content='page_sections', content_rowid='id',
+      tokenize='porter unicode61 remove_diacritics 2'
+    )`.execute(db);
+    await sql`create trigger page_sections_ai after insert on page_sections begin
+      insert into page_sections_fts(rowid, title, heading, text) values (new.id, new.title, new.heading, new.text);
+    end`.execute(db);
+    await sql`create trigger page_sections_ad after delete on page_sections begin
+      insert into page_sections_fts(page_sections_fts, rowid, title, heading, text) values ('delete', old.id, old.title, old.heading, old.text);
+    end`.execute(db);
+    await sql`create trigger page_sections_au after update on page_sections begin
+      insert into page_sections_fts(page_sections_fts, rowid, title, heading, text) values ('delete', old.id, old.title, old.heading, old.text);
+      insert into page_sections_fts(rowid, title, heading, text) values (new.id, new.title, new.heading, new.text);
+    end`.execute(db);
+  }
+  await db.schema.createIndex('page_sections_ws').on('page_sections').columns(['workspace_id', 'page_id']).execute();
+
+  await db.schema
+    .createTable('page_links')
+    .addColumn('workspace_id', 'text', (c) => c.notNull().references('workspaces.id'))
+    .addColumn('source_id', 'text', (c) => c.notNull())
+    .addColumn('ord', 'integer', (c) => c.notNull())
+    // As written in the page (wiki text or markdown href), and how it was written.
+    .addColumn('target', 'text', (c) => c.notNull())
+    .addColumn('kind', 'text', (c) => c.notNull())
+    .addColumn('text', 'text', (c) => c.notNull())
+    // The lowest reader level that sees the link (null: outside every block above public).
+    .addColumn('block_level', 'text')
+    // What a page must answer to (page_keys) for the link to reach it; null when it cannot resolve.
+    .addColumn('target_key', 'text')
+    .addColumn('target_id', 'text')
+    .addPrimaryKeyConstraint('page_links_pk', ['source_id', 'ord'])
+    .execute();
+  await db.schema.createIndex('page_links_target').on('page_links').columns(['workspace_id', 'target_id']).execute();
+  await db.schema.createIndex('page_links_key').on('page_links').columns(['workspace_id', 'target_key']).execute();
+
+  await db.schema
+    .createTable('page_keys')
+    .addColumn('workspace_id', 'text', (c) => c.notNull().references('workspaces.id'))
+    .addColumn('key', 'text', (c) => c.notNull())
+    .addColumn('page_id', 'text', (c) => c.notNull())
+    .addPrimaryKeyConstraint('page_keys_pk', ['workspace_id', 'key', 'page_id'])
+    .execute();
+  await db.schema.createIndex('page_keys_page').on('page_keys').column('page_id').execute();
+
+  await db.schema
+    .createTable('page_tags')
+    .addColumn('workspace_id', 'text', (c) => c.notNull().references('workspaces.id'))
+    .addColumn('page_id', 'text', (c) => c.notNull())
+    .addColumn('tag', 'text', (c) => c.notNull())
+    .addPrimaryKeyConstraint('page_tags_pk', ['page_id', 'tag'])
+    .execute();
+  await db.schema.createIndex('page_tags_tag').on('page_tags').columns(['workspace_id', 'tag']).execute();
+
+  await reindexAll(db as unknown as Kysely<DB>);
+}
