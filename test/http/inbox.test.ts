@@ -1,12 +1,11 @@
 import http from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../../src/config.js';
 import { listInbox } from '../../src/core/inbox.js';
 import { loadPrincipal } from '../../src/core/principal-loader.js';
-import { startServer, type RunningServer } from '../../src/server.js';
+import type { RunningServer } from '../../src/server.js';
 import { testEngines } from '../support/engines.js';
 import { expectError, expectStatus } from '../support/expect.js';
-import { Client, createAgentWithKey, signupHuman, startTestServer, type TestServer } from '../support/server.js';
+import { Client, createAgentWithKey, signupHuman, startServerOn, startTestServer, type TestServer } from '../support/server.js';
 
 /**
  * The inbox over real HTTP: seqs per principal, state filters, paging, ack by up_to and by
@@ -16,19 +15,8 @@ import { Client, createAgentWithKey, signupHuman, startTestServer, type TestServ
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** A second node of the same deployment (the same DATABASE_URL), as in limits.test.ts. */
-async function secondNode(first: TestServer): Promise<RunningServer> {
-  const c = first.ctx.config;
-  const config = loadConfig({
-    PORT: '0',
-    HOST: '127.0.0.1',
-    DATA_DIR: c.dataDir,
-    LOG_LEVEL: 'silent',
-    RATE_LIMITS: 'off',
-    ...(c.databaseUrl ? { DATABASE_URL: c.databaseUrl } : {}),
-  });
-  return startServer(config, { logger: false });
-}
+/** A second node of the same deployment (the same DATABASE_URL). */
+const secondNode = (first: TestServer): Promise<RunningServer> => startServerOn(first.ctx.config);
 
 describe.each(testEngines())('inbox (%s)', (engine) => {
   let s: TestServer;

@@ -5,11 +5,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../src/config.js';
 import { clientKey } from '../../src/http/client-ip.js';
 import { registerRateLimits } from '../../src/http/limits.js';
-import { startServer, type RunningServer } from '../../src/server.js';
+import type { RunningServer } from '../../src/server.js';
 import { openStore, type Store } from '../../src/store/db.js';
 import { openRateLimitStore, RATE_LIMIT_FILE, type RateLimitStore } from '../../src/store/rate-limits.js';
 import { createTestDatabase, testEngines, type TestDatabase } from '../support/engines.js';
-import { Client, createAgentWithKey, signupHuman, startTestServer, type Res, type TestServer } from '../support/server.js';
+import { Client, createAgentWithKey, signupHuman, startServerOn, startTestServer, type Res, type TestServer } from '../support/server.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const PASSWORD = 'velvet otter juggles 7 lanterns';
@@ -27,18 +27,8 @@ function expectLimited(r: Res, maxRetry: number): void {
 }
 
 /** A second node of the same deployment: same DATA_DIR (SQLite) or the same DATABASE_URL. */
-async function secondNode(first: TestServer, env: Record<string, string>): Promise<RunningServer> {
-  const c = first.ctx.config;
-  const config = loadConfig({
-    PORT: '0',
-    HOST: '127.0.0.1',
-    DATA_DIR: c.dataDir,
-    LOG_LEVEL: 'silent',
-    ...(c.databaseUrl ? { DATABASE_URL: c.databaseUrl } : {}),
-    ...env,
-  });
-  return startServer(config, { logger: false });
-}
+const secondNode = (first: TestServer, env: Record<string, string>): Promise<RunningServer> =>
+  startServerOn(first.ctx.config, { RATE_LIMITS: 'on', ...env });
 
 /** A logger that records what it is told. */
 function recordingLogger() {

@@ -1,11 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { loadConfig } from '../../src/config.js';
 import { reindexAll } from '../../src/retrieval/indexer.js';
-import { startServer } from '../../src/server.js';
 import { openStore } from '../../src/store/db.js';
 import { createTestDatabase, testEngines } from '../support/engines.js';
 import { expectError } from '../support/expect.js';
-import { Client, createAgentWithKey, signupHuman, startTestServer, type TestServer } from '../support/server.js';
+import { Client, createAgentWithKey, signupHuman, startServerOn, startTestServer, type TestServer } from '../support/server.js';
 
 const enc = encodeURIComponent;
 
@@ -300,16 +298,8 @@ describe.each(testEngines())('search, backlinks and related (%s)', (engine) => {
 describe.each(testEngines())('search index across a restart (%s)', (engine) => {
   it('finds what was written before the server stopped, also after rebuilding the index from the pages', async () => {
     const tdb = await createTestDatabase(engine);
-    const config = loadConfig({
-      PORT: '0',
-      HOST: '127.0.0.1',
-      DATA_DIR: tdb.dataDir,
-      LOG_LEVEL: 'silent',
-      RATE_LIMITS: 'off',
-      ...(tdb.databaseUrl ? { DATABASE_URL: tdb.databaseUrl } : {}),
-    });
     try {
-      const first = await startServer(config, { logger: false });
+      const first = await startServerOn(tdb);
       const h = await signupHuman(first.url);
       const created = await h.client.post('/api/v1/nodes', { path: 'eng/restart/wombat.md', content: '# Wombat\n\nwombat burrows. [[Other]]\n' });
       expect(created.status).toBe(201);
@@ -317,12 +307,12 @@ describe.each(testEngines())('search index across a restart (%s)', (engine) => {
       await first.close();
 
       // Rebuild the whole index from the pages (what migration 004 does for existing pages).
-      const store = await openStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl });
+      const store = await openStore({ dataDir: tdb.dataDir, databaseUrl: tdb.databaseUrl });
       for (const t of ['page_sections', 'page_links', 'page_keys', 'page_tags'] as const) await store.db.deleteFrom(t).execute();
       expect(await reindexAll(store.db)).toBe(2);
       await store.close();
 
-      const second = await startServer(config, { logger: false });
+      const second = await startServerOn(tdb);
       try {
         const c = new Client(second.url);
         c.cookies = h.client.cookies;

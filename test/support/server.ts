@@ -12,17 +12,7 @@ export interface TestServer extends RunningServer {
 /** Starts a real server on a free loopback port over a fresh database. */
 export async function startTestServer(engine: Dialect, env: Record<string, string> = {}): Promise<TestServer> {
   const tdb = await createTestDatabase(engine);
-  const config = loadConfig({
-    PORT: '0',
-    HOST: '127.0.0.1',
-    DATA_DIR: tdb.dataDir,
-    LOG_LEVEL: 'silent',
-    // Suites sign up many users from one IP; the limits suite turns limits on explicitly.
-    RATE_LIMITS: 'off',
-    ...(tdb.databaseUrl ? { DATABASE_URL: tdb.databaseUrl } : {}),
-    ...env,
-  });
-  const server = await startServer(config, { logger: false });
+  const server = await startServerOn(tdb, env);
   return {
     ...server,
     engine,
@@ -31,6 +21,27 @@ export async function startTestServer(engine: Dialect, env: Record<string, strin
       await tdb.cleanup();
     },
   };
+}
+
+/**
+ * Starts a server over an existing database: a second node of the same deployment, or the
+ * same node after a restart. Limits are off unless `env` turns them on.
+ */
+export async function startServerOn(
+  db: { dataDir: string; databaseUrl: string | undefined },
+  env: Record<string, string> = {},
+): Promise<RunningServer> {
+  const config = loadConfig({
+    PORT: '0',
+    HOST: '127.0.0.1',
+    DATA_DIR: db.dataDir,
+    LOG_LEVEL: 'silent',
+    // Suites sign up many users from one IP; the limits suite turns limits on explicitly.
+    RATE_LIMITS: 'off',
+    ...(db.databaseUrl ? { DATABASE_URL: db.databaseUrl } : {}),
+    ...env,
+  });
+  return startServer(config, { logger: false });
 }
 
 export interface Res<T = any> {
