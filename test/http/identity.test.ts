@@ -119,6 +119,26 @@ describe.each(testEngines())('TOTP, step-up, sessions, lockdown, elevations, git
     expect(a.body.code).toBe('session_required');
   });
 
+  it('ends a session idle for 24 hours, and gives a pending session 10 minutes', async () => {
+    const h = await signupHuman(s.url);
+    expect((await h.client.get('/api/v1/me')).status).toBe(200);
+    // No API moves the clock: age the session's last activity past the idle limit.
+    await s.ctx.store.db.updateTable('sessions').set({ last_seen_at: new Date(Date.now() - 24 * 3600_000 - 60_000).toISOString() }).where('principal_id', '=', h.id).execute();
+    const idle = await h.client.get('/api/v1/me');
+    expect(idle.status).toBe(401);
+    expect(idle.body.code).toBe('session_expired');
+
+    const t = await signupHuman(s.url);
+    const email = await emailOf(t.client);
+    const start = await t.client.post('/api/auth/totp/enroll');
+    await t.client.post('/api/auth/totp/enroll', { code: currentTotp(start.body.secret) });
+    const res = await fetch(`${s.url}/api/auth/login`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ email, password: PASSWORD }) });
+    expect((await res.json()).status).toBe('totp_required');
+    const cookie = res.headers.getSetCookie().find((x) => x.startsWith('svc_session='))!;
+    const expires = Date.parse(/Expires=([^;]+)/i.exec(cookie)![1]!);
+    expect(Math.abs(expires - (Date.now() + 10 * 60_000))).toBeLessThan(60_000);
+  });
+
   it('lists and revokes own sessions; logout clears both cookies', async () => {
     const h = await signupHuman(s.url);
     const email = await emailOf(h.client);
