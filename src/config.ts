@@ -26,6 +26,14 @@ const schema = z.object({
   RATE_LIMIT_GIT_PER_MIN: z.coerce.number().int().min(1).default(60),
   RATE_LIMIT_OAUTH_REGISTER_PER_MIN: z.coerce.number().int().min(1).default(10),
   RATE_LIMIT_OAUTH_TOKEN_PER_MIN: z.coerce.number().int().min(1).default(30),
+  EMBEDDINGS: z.enum(['builtin', 'openai']).default('builtin'),
+  EMBEDDINGS_URL: z.string().url().optional(),
+  EMBEDDINGS_MODEL: z.string().min(1).max(200).optional(),
+  EMBEDDINGS_API_KEY: z.string().min(1).optional(),
+  EMBEDDINGS_DIMENSIONS: z.coerce.number().int().min(1).max(8192).optional(),
+  EMBEDDINGS_BATCH: z.coerce.number().int().min(1).max(2048).default(64),
+  EMBEDDINGS_TIMEOUT_MS: z.coerce.number().int().min(100).max(600000).default(30000),
+  EMBEDDINGS_MAX_RETRIES: z.coerce.number().int().min(0).max(10).default(3),
 });
 
 export interface Config {
@@ -43,6 +51,21 @@ export interface Config {
   /** Every human must enrol TOTP before a session becomes active. */
   requireTotp: boolean;
   rateLimits: RateLimits;
+  embeddings: EmbeddingsConfig;
+}
+
+/** EMBEDDINGS=builtin (default: no network, no weights) or openai (an OpenAI-compatible /v1/embeddings server). */
+export interface EmbeddingsConfig {
+  provider: 'builtin' | 'openai';
+  /** Base URL ending before `/embeddings`, e.g. https://api.openai.com/v1 or http://127.0.0.1:11434/v1. */
+  url: string | undefined;
+  model: string;
+  apiKey: string | undefined;
+  /** Sent as `dimensions` when set (models that can shorten their vectors). */
+  dimensions: number | undefined;
+  batch: number;
+  timeoutMs: number;
+  maxRetries: number;
 }
 
 /** Requests allowed per window; `burst` is the API bucket's size. null when limits are off. */
@@ -73,6 +96,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     throw new ConfigError(`Invalid configuration:\n${lines.join('\n')}`);
   }
   const c = parsed.data;
+  if (c.EMBEDDINGS === 'openai' && !c.EMBEDDINGS_URL) {
+    throw new ConfigError('Invalid configuration:\n  EMBEDDINGS_URL: required when EMBEDDINGS=openai (e.g. https://api.openai.com/v1)');
+  }
   const hostForUrl = c.HOST.includes(':') ? `[${c.HOST}]` : c.HOST;
   return {
     port: c.PORT,
@@ -98,6 +124,16 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       gitPerMin: c.RATE_LIMIT_GIT_PER_MIN,
       oauthRegisterPerMin: c.RATE_LIMIT_OAUTH_REGISTER_PER_MIN,
       oauthTokenPerMin: c.RATE_LIMIT_OAUTH_TOKEN_PER_MIN,
+    },
+    embeddings: {
+      provider: c.EMBEDDINGS,
+      url: c.EMBEDDINGS_URL?.replace(/\/+$/, ''),
+      model: c.EMBEDDINGS_MODEL ?? (c.EMBEDDINGS === 'openai' ? 'text-embedding-3-small' : 'hashed-ngrams-v1'),
+      apiKey: c.EMBEDDINGS_API_KEY,
+      dimensions: c.EMBEDDINGS_DIMENSIONS,
+      batch: c.EMBEDDINGS_BATCH,
+      timeoutMs: c.EMBEDDINGS_TIMEOUT_MS,
+      maxRetries: c.EMBEDDINGS_MAX_RETRIES,
     },
   };
 }
