@@ -13,11 +13,8 @@ export interface EmbeddingProvider {
 
 /** The provider could not answer (network, timeout, 5xx, 429 after retries): writes go on, the backlog grows. */
 export class EmbeddingUnavailableError extends Error {
-  constructor(
-    message: string,
-    readonly cause?: unknown,
-  ) {
-    super(message);
+  constructor(message: string, cause?: unknown) {
+    super(message, { cause });
     this.name = 'EmbeddingUnavailableError';
   }
 }
