@@ -1,0 +1,189 @@
+/**
+ * Retrieval QUALITY on real documentation nobody on the team wrote (bench/eval/README.md):
+ * loads the Debian corpus into a fresh store through createPage (the production write path:
+ * one commit per page, keyword index in the write transaction, vectors by the job worker),
+ * waits for the embedding backlog to drain, then runs every query of bench/eval/queries.json
+ * in modes fts, vector and hybrid through searchPages and reports MRR@10 and Recall@10,
+ * overall and per query kind (keyword, paraphrase, typo).
+ *
+ *   tsx bench/retrieval.ts [--details] [--pg[=URL]]
+ *
+ * --details  also writes every query's ranks per mode to bench/.cache/eval/last-run.json
+ * --pg       PostgreSQL instead of SQLite (a throwaway database on postgres://postgres@127.0.0.1:5432/test)
+ * Prints one JSON object on stdout; progress on stderr.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createPage } from '../src/core/pages/write.js';
+import { searchPages } from '../src/retrieval/search.js';
+import { CACHE_DIR, loadCorpus } from './eval/build-corpus.js';
+import { drainEmbeddings, openHarness, runtimeOf } from './eval/harness.js';
+import { cleanupAllSync, installCleanupHandlers, loadAverage, log, percentile, round } from './util.js';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+export const QUERIES_FILE = path.join(HERE, 'eval', 'queries.json');
+const MODES = ['fts', 'vector', 'hybrid'] as const;
+type Mode = (typeof MODES)[number];
+const K = 10;
+
+export interface EvalQuery {
+  id: string;
+  /** The three variants of one information need share a group. */
+  group: string;
+  kind: 'keyword' | 'paraphrase' | 'typo';
+  q: string;
+  relevant: string[];
+}
+
+interface Scores {
+  queries: number;
+  mrr_at_10: number;
+  recall_at_10: number;
+  /** Share of queries with a relevant page at rank 1. */
+  success_at_1: number;
+  /** Share with no relevant page in the top 10. */
+  miss_at_10: number;
+}
+
+function score(rows: { rr: number; recall: number; first: number | null }[]): Scores {
+  const n = rows.length;
+  const sum = (f: (r: (typeof rows)[number]) => number) => rows.reduce((a, r) => a + f(r), 0);
+  return {
+    queries: n,
+    mrr_at_10: round(sum((r) => r.rr) / Math.max(1, n), 4),
+    recall_at_10: round(sum((r) => r.recall) / Math.max(1, n), 4),
+    success_at_1: round(sum((r) => (r.first === 1 ? 1 : 0)) / Math.max(1, n), 4),
+    miss_at_10: round(sum((r) => (r.first === null ? 1 : 0)) / Math.max(1, n), 4),
+  };
+}
+
+export function loadQueries(): EvalQuery[] {
+  const raw = JSON.parse(fs.readFileSync(QUERIES_FILE, 'utf8')) as { queries: EvalQuery[] };
+  return raw.queries;
+}
+
+export async function benchRetrievalQuality(opts: { details?: boolean; pgAdminUrl?: string | undefined } = {}): Promise<Record<string, unknown>> {
+  const corpus = loadCorpus();
+  const queries = loadQueries();
+  const known = new Set(corpus.pages.map((p) => p.path));
+  const unknown = queries.flatMap((q) => q.relevant.filter((r) => !known.has(r)).map((r) => `${q.id}: ${r}`));
+  if (unknown.length > 0) throw new Error(`queries.json names pages the corpus lacks (rebuild it with bench/eval/build-corpus.ts --force?):\n${unknown.join('\n')}`);
+
+  const h = await openHarness({ label: 'eval', pgAdminUrl: opts.pgAdminUrl });
+  try {
+    const load0 = loadAverage();
+    log(`loading ${corpus.pages.length} pages through createPage`);
+    const t0 = performance.now();
+    for (const [i, p] of corpus.pages.entries()) {
+      await createPage(h.ctx, h.principal, { path: p.path, content: p.content });
+      if ((i + 1) % 200 === 0) log(`  ${i + 1}/${corpus.pages.length}`);
+    }
+    const loadS = (performance.now() - t0) / 1000;
+    log(`loaded in ${round(loadS, 1)} s; draining the embedding backlog`);
+    const drained = await drainEmbeddings(h.ctx);
+    log(`drained in ${round(drained.waited_ms / 1000, 1)} s`);
+
+    // Warm-up: each mode once (query embedding caches, prepared statements, matrix load).
+    for (const mode of MODES) await searchPages(h.ctx, h.principal, { q: 'warm up the index', mode, limit: K, includeArchived: false });
+
+    const perMode: Record<string, unknown> = {};
+    const details: Record<string, Record<Mode, { rank: number | null; top: string[] }>> = {};
+    const modeUsed: Record<string, Record<string, number>> = {};
+    for (const mode of MODES) {
+      const rows: { kind: string; rr: number; recall: number; first: number | null }[] = [];
+      const lat: number[] = [];
+      for (const q of queries) {
+        const s = performance.now();
+        const res = await searchPages(h.ctx, h.principal, { q: q.q, mode, limit: K, includeArchived: false });
+        lat.push(performance.now() - s);
+        const used = String((res as { mode_used?: unknown }).mode_used ?? mode);
+        (modeUsed[mode] ??= {})[used] = (modeUsed[mode]![used] ?? 0) + 1;
+        const paths = res.results.slice(0, K).map((r) => r.path);
+        const rel = new Set(q.relevant);
+        const firstIdx = paths.findIndex((p) => rel.has(p));
+        const found = paths.filter((p) => rel.has(p)).length;
+        rows.push({ kind: q.kind, rr: firstIdx < 0 ? 0 : 1 / (firstIdx + 1), recall: found / rel.size, first: firstIdx < 0 ? null : firstIdx + 1 });
+        ((details[q.id] ??= {} as Record<Mode, { rank: number | null; top: string[] }>)[mode] = { rank: firstIdx < 0 ? null : firstIdx + 1, top: paths.slice(0, 3) });
+      }
+      const sorted = [...lat].sort((a, b) => a - b);
+      perMode[mode] = {
+        overall: score(rows),
+        by_kind: Object.fromEntries(['keyword', 'paraphrase', 'typo'].map((k) => [k, score(rows.filter((r) => r.kind === k))])),
+        latency_ms: { p50: round(percentile(sorted, 50), 2), p95: round(percentile(sorted, 95), 2) },
+        mode_used: modeUsed[mode],
+      };
+    }
+
+    // Which mode wins where: per query, the better reciprocal rank.
+    const versus = (a: Mode, b: Mode) => {
+      const out: Record<string, { wins: number; losses: number; ties: number }> = {};
+      for (const q of queries) {
+        const d = details[q.id]!;
+        const ra = d[a].rank ? 1 / d[a].rank : 0;
+        const rb = d[b].rank ? 1 / d[b].rank : 0;
+        const o = (out[q.kind] ??= { wins: 0, losses: 0, ties: 0 });
+        if (ra > rb) o.wins++;
+        else if (ra < rb) o.losses++;
+        else o.ties++;
+      }
+      return out;
+    };
+
+    if (opts.details) {
+      fs.mkdirSync(CACHE_DIR, { recursive: true });
+      const file = path.join(CACHE_DIR, 'last-run.json');
+      fs.writeFileSync(file, JSON.stringify(queries.map((q) => ({ ...q, ...details[q.id] })), null, 1));
+      log(`per-query details in ${file}`);
+    }
+
+    const rt = runtimeOf(h.ctx);
+    return {
+      engine: h.engine,
+      corpus: {
+        packages: corpus.packages,
+        pages: corpus.pages.length,
+        chars_total: corpus.pages.reduce((a, p) => a + p.content.length, 0),
+      },
+      queries: {
+        total: queries.length,
+        needs: new Set(queries.map((q) => q.group)).size,
+        by_kind: Object.fromEntries(['keyword', 'paraphrase', 'typo'].map((k) => [k, queries.filter((q) => q.kind === k).length])),
+      },
+      embeddings: rt?.provider ? { provider: rt.provider.provider, model: rt.provider.model, dimensions: rt.provider.dimensions } : 'no retrieval runtime in this build',
+      load: {
+        method: 'createPage in-process, one durable commit per page',
+        seconds: round(loadS, 2),
+        pages_per_sec: round(corpus.pages.length / loadS, 1),
+        embedding_drain_s: round(drained.waited_ms / 1000, 2),
+        load_average_1m_before: load0,
+      },
+      modes: perMode,
+      hybrid_vs_fts: versus('hybrid', 'fts'),
+      vector_vs_fts: versus('vector', 'fts'),
+      hybrid_beats_fts: (perMode.hybrid as { overall: Scores }).overall.mrr_at_10 > (perMode.fts as { overall: Scores }).overall.mrr_at_10,
+      load_average_1m_after: loadAverage(),
+    };
+  } finally {
+    await h.close();
+  }
+}
+
+if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  installCleanupHandlers();
+  const args = process.argv.slice(2);
+  const pgArg = args.find((a) => a === '--pg' || a.startsWith('--pg='));
+  const pgAdminUrl = pgArg ? (pgArg.includes('=') ? pgArg.slice(5) : 'postgres://postgres@127.0.0.1:5432/test') : undefined;
+  benchRetrievalQuality({ details: args.includes('--details'), pgAdminUrl }).then(
+    (out) => {
+      process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
+      cleanupAllSync();
+      process.exit(0);
+    },
+    (err: unknown) => {
+      log(`FAILED: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+      cleanupAllSync();
+      process.exit(1);
+    },
+  );
+}
