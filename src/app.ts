@@ -21,6 +21,7 @@ import { securityRoutes } from './http/routes/security.js';
 import { spaceRoutes } from './http/routes/spaces.js';
 import { threadRoutes } from './http/routes/threads.js';
 import { workspaceRoutes } from './http/routes/workspaces.js';
+import { mcpRoutes } from './mcp/index.js';
 import { VERSION } from './version.js';
 import { webPages } from './web/pages.js';
 
@@ -94,6 +95,7 @@ export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise
   await inboxRoutes(app, ctx);
   await workspaceRoutes(app, ctx);
   await webPages(app, ctx);
+  await mcpRoutes(app, ctx);
 
   app.get('/api/v1/openapi.json', { config: { auth: 'public' }, schema: { hide: true } }, async () => app.swagger());
   return app;

@@ -203,3 +203,48 @@ export async function authenticate(ctx: CoreContext, c: Credentials): Promise<Pr
   if (c.sessionToken) return fromSession(ctx, c.sessionToken, c);
   throw unauthorized('Sign in, or send an agent key as Authorization: Bearer ak_…', 'unauthorized');
 }
+
+/** The parts of an MCP request that identify the caller (/mcp and /w/:slug/mcp). */
+export interface McpCredentials {
+  authorization: string | undefined;
+  ip: string;
+  /** The workspace slug of /w/:slug/mcp; the token must belong to it. */
+  pinnedWorkspace?: string | undefined;
+}
+
+/**
+ * Turns MCP request credentials into a principal, or throws 401. MCP takes bearer tokens
+ * only: agent keys (`ak_`) now; OAuth access tokens (`oa_`) plug in at the marked seam.
+ * Sessions, git tokens (`gt_`) and Basic credentials are refused. On /w/:slug/mcp a token
+ * of another workspace is refused like an invalid one (401 `invalid_token`): it is not
+ * valid for this resource, and the answer says nothing about whether the slug exists.
+ */
+export async function authenticateMcp(ctx: CoreContext, c: McpCredentials): Promise<Principal> {
+  const auth = c.authorization?.trim();
+  if (!auth) throw unauthorized('Send an agent key as Authorization: Bearer ak_…', 'unauthorized');
+  const [scheme, value = ''] = auth.split(/\s+/, 2);
+  if (scheme?.toLowerCase() !== 'bearer') throw unauthorized('MCP accepts Bearer tokens only', 'invalid_token');
+  let p: Principal;
+  if (value.startsWith('ak_')) {
+    p = await fromAgentKey(ctx, value, {
+      authorization: auth,
+      sessionToken: undefined,
+      csrfHeader: undefined,
+      csrfCookie: undefined,
+      unsafe: false,
+      ip: c.ip,
+      workspace: undefined,
+    });
+  } else if (value.startsWith('oa_')) {
+    // Seam: the OAuth issue resolves oa_ tokens here (bound to /mcp or /w/<ws>/mcp).
+    throw unauthorized('The OAuth access token is invalid, expired or revoked', 'invalid_token');
+  } else if (value.startsWith('gt_')) {
+    throw unauthorized('Git tokens are accepted only on /git', 'invalid_token');
+  } else {
+    throw unauthorized('Unrecognised bearer token', 'invalid_token');
+  }
+  if (c.pinnedWorkspace !== undefined && c.pinnedWorkspace !== p.workspaceSlug) {
+    throw unauthorized(`This token is not valid for /w/${c.pinnedWorkspace}/mcp`, 'invalid_token');
+  }
+  return p;
+}

@@ -69,6 +69,8 @@ export function ipRulesFor(rules: Rules, method: string, path: string): Rule[] {
 
 /** Per-principal rules for a request (API first, then the narrower one). */
 export function principalRulesFor(rules: Rules, method: string, path: string): Rule[] {
+  // MCP calls do the same work for the same principal as /api/v1: one bucket for both.
+  if (path === '/mcp' || path === '/w/:slug/mcp') return [rules.api];
   if (path !== '/api/v1' && !path.startsWith('/api/v1/')) return [];
   const out: Rule[] = [rules.api];
   if ((method === 'GET' || method === 'HEAD' || method === 'POST') && path === '/api/v1/bundle') out.push(rules.bundle);

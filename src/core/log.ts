@@ -1,0 +1,64 @@
+import { canReadPage, enforce } from '../policy/pages.js';
+import { decideLogAppend } from '../policy/log.js';
+import type { Principal } from '../policy/principal.js';
+import { inTransaction } from '../store/tx.js';
+import type { CoreContext } from './context.js';
+import { badRequest, notFound } from './errors.js';
+import { analyzeContent } from './pages/content.js';
+import { commitPage } from './pages/persist.js';
+import { parseFolderPath, parsePagePath } from './paths.js';
+
+/** Longest log entry, in characters. */
+export const MAX_LOG_ENTRY_CHARS = 10_000;
+
+export interface LogAppendResult {
+  id: string;
+  path: string;
+  commit_sha: string;
+  content_hash: string;
+  /** The markdown line(s) appended. */
+  appended: string;
+}
+
+/** One list item: `- <time> <name> (<id>): <entry>`, further lines indented under it. */
+function formatEntry(p: Principal, entry: string, at: string): string {
+  const lines = entry.replace(/\r\n?/g, '\n').split('\n');
+  const first = `- ${at} ${p.name} (${p.id}): ${lines[0]}`;
+  return [first, ...lines.slice(1).map((l) => (l.trim() === '' ? '' : `  ${l}`))].join('\n').replace(/\n+$/, '') + '\n';
+}
+
+/**
+ * Appends one entry to `<scope>/log.md` (scope: a Space or `space/folder`), creating the log
+ * on first use, as one commit (spec: POST /api/v1/log, MCP context_log; grant propose).
+ * Entries are plain text: a line opening a `:::` block is refused, so an entry can neither
+ * hide nor expose anything by sensitivity.
+ */
+export async function appendLog(ctx: CoreContext, p: Principal, input: { scope: string; entry: string }): Promise<LogAppendResult> {
+  const scope = parseFolderPath(input.scope.replace(/^\/+|\/+$/g, '')).path;
+  const entry = input.entry.trim();
+  if (entry === '') throw badRequest('The log entry is empty', 'invalid_entry');
+  if ([...entry].length > MAX_LOG_ENTRY_CHARS) throw badRequest(`A log entry holds at most ${MAX_LOG_ENTRY_CHARS} characters`, 'invalid_entry');
+  if (/^\s*:::/m.test(entry)) throw badRequest('A log entry may not open or close a ::: block', 'invalid_entry');
+  if (entry.includes('\u0000')) throw badRequest('The log entry contains a NUL character', 'invalid_entry');
+  const target = parsePagePath(`${scope}/log.md`);
+  return inTransaction(ctx.store, p.workspaceId, async (trx) => {
+    const existing =
+      (await trx
+        .selectFrom('pages')
+        .selectAll()
+        .where('workspace_id', '=', p.workspaceId)
+        .where('path', '=', target.path)
+        .where('deleted_at', 'is', null)
+        .executeTakeFirst()) ?? null;
+    const facts = { path: target.path, sensitivity: existing?.sensitivity ?? 'internal', blockLevel: null };
+    if (existing && !canReadPage(p, { ...facts, blockLevel: existing.block_level })) throw notFound(`Log ${target.path} not found`);
+    enforce(decideLogAppend(p, facts));
+    const at = new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
+    const appended = formatEntry(p, entry, at);
+    const raw = existing ? `${existing.content.replace(/\n*$/, '\n')}${appended}` : `# Log of ${scope}\n\n${appended}`;
+    const content = analyzeContent(raw, 'log');
+    const excerpt = entry.split('\n')[0]!.slice(0, 72);
+    const row = await commitPage(trx, p, { action: existing ? 'update' : 'create', existing, target, content, message: `Log ${scope}: ${excerpt}` });
+    return { id: row.id, path: row.path, commit_sha: row.commit_sha, content_hash: row.content_hash, appended };
+  });
+}

@@ -1,0 +1,132 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
+import { authenticateMcp } from '../auth/resolve.js';
+import type { CoreContext } from '../core/context.js';
+import { isServiceError, ServiceError } from '../core/errors.js';
+import { toServiceError } from '../http/errors.js';
+import { buildServer, buildShared, type McpCallContext } from './server.js';
+
+/**
+ * The MCP face (spec §4 "MCP endpoints"): POST /mcp and /w/:slug/mcp, stateless Streamable
+ * HTTP with JSON responses. Credentials are checked in auth/ (authenticateMcp); every
+ * failure outside a tool — no or bad token, bad JSON, wrong content type, too large, rate
+ * limited, wrong method — answers a JSON-RPC error body, never the REST one and never a 500.
+ */
+
+export const MCP_PATHS = ['/mcp', '/w/:slug/mcp'] as const;
+
+/** JSON-RPC error codes used at the HTTP level (the SDK's own conventions). */
+const PARSE_ERROR = -32700;
+const SERVER_ERROR = -32000;
+const INTERNAL_ERROR = -32603;
+
+function headerValue(v: string | string[] | undefined): string | undefined {
+  return Array.isArray(v) ? v[0] : v;
+}
+
+/**
+ * RFC 9728 §3.1 path-aware protected resource metadata URL of an MCP endpoint: the
+ * well-known segment goes between the host and the resource's path.
+ */
+export function resourceMetadataUrl(publicUrl: string, slug: string | undefined): string {
+  const base = new URL(publicUrl);
+  const prefix = base.pathname.replace(/\/+$/, '');
+  const resource = slug === undefined ? '/mcp' : `/w/${encodeURIComponent(slug)}/mcp`;
+  return `${base.origin}/.well-known/oauth-protected-resource${prefix}${resource}`;
+}
+
+function sendRpcError(reply: FastifyReply, e: ServiceError, rpcCode = e.status >= 500 ? INTERNAL_ERROR : SERVER_ERROR): FastifyReply {
+  return reply
+    .code(e.status)
+    .type('application/json; charset=utf-8')
+    .send({ jsonrpc: '2.0', error: { code: rpcCode, message: `${e.code}: ${e.message}` }, id: null });
+}
+
+export async function mcpRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
+  const shared = buildShared();
+  // Long-polls in flight end when the server closes.
+  const inFlight = new Set<AbortController>();
+  app.addHook('preClose', async () => {
+    for (const ac of inFlight) ac.abort();
+  });
+
+  await app.register(async (scope) => {
+    // The body is read as text and parsed here, so bad JSON answers a JSON-RPC parse error.
+    scope.removeAllContentTypeParsers();
+    scope.addContentTypeParser('*', { parseAs: 'string' }, (_req, body, done) => done(null, body));
+
+    scope.setErrorHandler((err, req, reply) => {
+      const e = toServiceError(err, req);
+      return sendRpcError(reply, e, e.code === 'invalid_json' ? PARSE_ERROR : undefined);
+    });
+
+    // Who is calling: bearer tokens only (agent keys now, OAuth later), checked in auth/.
+    scope.addHook('onRequest', async (req, reply) => {
+      const slug = (req.params as { slug?: string }).slug;
+      try {
+        req.principal = await authenticateMcp(ctx, { authorization: headerValue(req.headers.authorization), ip: req.ip, pinnedWorkspace: slug });
+      } catch (e) {
+        if (isServiceError(e) && e.status === 401) {
+          const meta = `resource_metadata="${resourceMetadataUrl(ctx.config.publicUrl, slug)}"`;
+          const hasToken = headerValue(req.headers.authorization)?.trim();
+          reply.header('WWW-Authenticate', hasToken ? `Bearer error="invalid_token", ${meta}` : `Bearer ${meta}`);
+        }
+        throw e;
+      }
+    });
+
+    const post = async (req: FastifyRequest, reply: FastifyReply) => {
+      const type = headerValue(req.headers['content-type']) ?? '';
+      if (!/^application\/json\s*(;|$)/i.test(type)) {
+        return sendRpcError(reply, new ServiceError(415, 'unsupported_media_type', 'Content-Type must be application/json'));
+      }
+      let message: unknown;
+      try {
+        message = JSON.parse(typeof req.body === 'string' ? req.body : '');
+      } catch {
+        return sendRpcError(reply, new ServiceError(400, 'invalid_json', 'Parse error: the body is not valid JSON'), PARSE_ERROR);
+      }
+      const ac = new AbortController();
+      inFlight.add(ac);
+      const mcp = buildServer(ctx, shared, req.log);
+      const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
+      const raw = reply.raw;
+      const done = () => {
+        inFlight.delete(ac);
+        ac.abort();
+        void mcp.close().catch(() => {});
+      };
+      raw.once('close', done);
+      try {
+        await mcp.connect(transport);
+        // Headers already set (rate-limit counters) go out with the transport's answer.
+        for (const [k, v] of Object.entries(reply.getHeaders())) if (v !== undefined) raw.setHeader(k, v as string | number | string[]);
+        reply.hijack();
+        const call: McpCallContext = { principal: req.principal!, signal: ac.signal };
+        const auth: AuthInfo = { token: '', clientId: call.principal.id, scopes: [], extra: { mcp: call } };
+        await transport.handleRequest(Object.assign(req.raw, { auth }), raw, message);
+      } catch (err) {
+        req.log.error({ err }, 'MCP request failed');
+        if (!raw.headersSent) {
+          raw.statusCode = 500;
+          raw.setHeader('content-type', 'application/json; charset=utf-8');
+          raw.end(JSON.stringify({ jsonrpc: '2.0', error: { code: INTERNAL_ERROR, message: 'internal_error: Something went wrong on our side; it has been logged' }, id: null }));
+        } else if (!raw.writableEnded) raw.end();
+      }
+    };
+
+    // Stateless: no server-initiated stream to GET and no session to DELETE (Streamable HTTP: 405).
+    const notAllowed = async (req: FastifyRequest, reply: FastifyReply) => {
+      reply.header('Allow', 'POST');
+      return sendRpcError(reply, new ServiceError(405, 'method_not_allowed', `${req.method} is not supported: this MCP server is stateless; POST JSON-RPC messages`));
+    };
+
+    for (const url of MCP_PATHS) {
+      const opts = { config: { auth: 'public' as const }, schema: { hide: true } };
+      scope.post(url, opts, post);
+      scope.get(url, opts, notAllowed);
+      scope.delete(url, opts, notAllowed);
+    }
+  });
+}

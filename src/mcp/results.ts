@@ -1,0 +1,25 @@
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { isServiceError, ServiceError } from '../core/errors.js';
+
+/** A tool's answer: one text item holding the JSON (or the markdown) it returned. */
+export function toolResult(value: unknown): CallToolResult {
+  return { content: [{ type: 'text', text: typeof value === 'string' ? value : JSON.stringify(value) }] };
+}
+
+/**
+ * Spec §7: a tool error is a result with isError true and text `<code>: <message>`. An error
+ * whose change was kept as a proposal ends with `(proposal <id> created)`.
+ */
+export function toolError(e: ServiceError, hint?: string): CallToolResult {
+  const proposal = e.details?.proposal as { id?: unknown } | undefined;
+  let text = `${e.code}: ${e.message}`;
+  if (hint && e.code === 'forbidden') text += `; ${hint}`;
+  if (proposal && typeof proposal.id === 'string') text += ` (proposal ${proposal.id} created)`;
+  return { content: [{ type: 'text', text }], isError: true };
+}
+
+/** Anything thrown by a tool, as the one error type; unknown failures become internal_error. */
+export function asServiceError(e: unknown): { error: ServiceError; unexpected: boolean } {
+  if (isServiceError(e)) return { error: e, unexpected: false };
+  return { error: new ServiceError(500, 'internal_error', 'Something went wrong on our side; it has been logged'), unexpected: true };
+}
