@@ -7,10 +7,11 @@
 import os from 'node:os';
 import { benchBytesPerCommit, snapshotBeforeSeed } from './bytes.js';
 import { benchReads } from './reads.js';
+import { RETRIEVAL_NAMES, runRetrievalBenches } from './retrieval-suite.js';
 import { cleanupAllSync, fsyncProbe, installCleanupHandlers, loadAverage, log, makeTempDir, removeTempDir, round } from './util.js';
 import { benchCoreWrites, benchRestWrites, closeFixture, seedFolder, setupFixture, type Fixture } from './writes.js';
 
-const NAMES = ['writes', 'bytes_per_commit', 'reads'] as const;
+const NAMES = ['writes', 'bytes_per_commit', 'reads', ...RETRIEVAL_NAMES] as const;
 type Name = (typeof NAMES)[number];
 
 class UsageError extends Error {}
@@ -94,6 +95,8 @@ async function main(): Promise<void> {
     out.reads = await benchReads({ durationS: size.readS, warmupS: size.readWarmupS, connections: 8 });
     loads.after_reads = loadAverage();
   }
+
+  await runRetrievalBenches(only, quick, out, loads);
 
   out.total_duration_s = round((performance.now() - t0) / 1000, 1);
   process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
