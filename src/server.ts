@@ -6,6 +6,7 @@ import { TouchBuffer } from './core/touches.js';
 import { Notifier } from './core/notifier.js';
 import { openStore } from './store/db.js';
 import { listen } from './store/listen.js';
+import { RetrievalRuntime } from './retrieval/runtime.js';
 
 export interface RunningServer {
   app: FastifyInstance;
@@ -22,7 +23,9 @@ export async function startServer(config: Config, opts: AppOptions = {}): Promis
   const notifier = new Notifier();
   const listener = config.databaseUrl ? listen(config.databaseUrl, 'cv_inbox', (key) => notifier.wake(key)) : null;
   await listener?.ready;
-  const ctx: CoreContext = { store, config, touches, notifier };
+  const retrieval = new RetrievalRuntime(store, config.embeddings);
+  await retrieval.start();
+  const ctx: CoreContext = { store, config, touches, notifier, retrieval };
   const app = await buildApp(ctx, opts);
   await app.listen({ port: config.port, host: config.host });
   const addr = app.server.address();
@@ -34,6 +37,7 @@ export async function startServer(config: Config, opts: AppOptions = {}): Promis
     url: `http://${host}:${port}`,
     close: async () => {
       await app.close();
+      await retrieval.stop();
       await listener?.close();
       await touches.stop();
       await store.close();

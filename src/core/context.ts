@@ -1,4 +1,5 @@
 import type { Config } from '../config.js';
+import type { RetrievalRuntime } from '../retrieval/runtime.js';
 import type { Store } from '../store/db.js';
 import type { Notifier } from './notifier.js';
 import type { TouchBuffer } from './touches.js';
@@ -10,4 +11,6 @@ export interface CoreContext {
   touches: TouchBuffer;
   /** Wakes inbox long-polls when events arrive. */
   notifier: Notifier;
+  /** Embeddings, the vector matrices and the worker that keeps them behind writes. */
+  retrieval: RetrievalRuntime;
 }

@@ -3,7 +3,9 @@ import { extractLinks, maxBlockLevel, parseDocument, redactBlocks } from '../mar
 import { visibleUnder } from '../policy/access.js';
 import { LEVELS, type Level } from '../policy/sensitivity.js';
 import type { DB, PagesTable } from '../store/schema.js';
+import { afterCommitIfAny } from '../store/tx.js';
 import { chunkBody } from './chunking.js';
+import { wakeEmbedWorkers } from './embed-worker.js';
 import { linkKey, pageKeys, pickTarget } from './links.js';
 
 type Exec = Kysely<DB> | Transaction<DB>;
@@ -25,6 +27,18 @@ export async function indexPage(db: Exec, row: PagesTable): Promise<void> {
   await db.deleteFrom('page_links').where('source_id', '=', row.id).execute();
   await db.deleteFrom('page_keys').where('page_id', '=', row.id).execute();
   await db.deleteFrom('page_tags').where('page_id', '=', row.id).execute();
+  // Vectors follow through the embedding worker (retrieval/embed-worker.ts): queue the page.
+  await db
+    .insertInto('embed_jobs')
+    .values({ page_id: row.id, workspace_id: ws, content_hash: row.deleted_at === null ? row.content_hash : 'deleted', queued_at: row.updated_at, attempts: 0, not_before: null, last_error: null })
+    .onConflict((oc) => oc.column('page_id').doUpdateSet((eb) => ({
+      content_hash: eb.ref('excluded.content_hash'),
+      queued_at: eb.ref('excluded.queued_at'),
+      attempts: 0,
+      not_before: null,
+    })))
+    .execute();
+  afterCommitIfAny(db, wakeEmbedWorkers);
   if (row.deleted_at !== null) {
     // Links that reached this page by id may reach a page created later at its name.
     await db.updateTable('page_links').set({ target_id: null }).where('workspace_id', '=', ws).where('target_id', '=', row.id).execute();

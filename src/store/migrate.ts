@@ -4,6 +4,7 @@ import * as m001 from './migrations/001_initial.js';
 import * as m002 from './migrations/002_identity.js';
 import * as m003 from './migrations/003_collaboration.js';
 import * as m004 from './migrations/004_retrieval.js';
+import * as m005 from './migrations/005_vectors.js';
 
 interface Migration {
   name: string;
@@ -16,6 +17,7 @@ const MIGRATIONS: Migration[] = [
   { name: '002_identity', up: m002.up },
   { name: '003_collaboration', up: m003.up },
   { name: '004_retrieval', up: m004.up },
+  { name: '005_vectors', up: m005.up },
 ];
 
 export async function migrate<T>(db: Kysely<T>, dialect: Dialect): Promise<string[]> {

@@ -330,6 +330,34 @@ export interface PageTagsTable {
   tag: string;
 }
 
+/** A page whose vectors are behind its content: the embedding backlog. */
+export interface EmbedJobsTable {
+  page_id: string;
+  workspace_id: string;
+  content_hash: string;
+  queued_at: string;
+  attempts: number;
+  /** Retry no earlier than this (after a provider failure). */
+  not_before: string | null;
+  last_error: string | null;
+}
+
+export interface SectionVectorsTable {
+  page_id: string;
+  ord: number;
+  workspace_id: string;
+  model: string;
+  text_hash: string;
+  vec: Uint8Array;
+}
+
+export interface VectorLogTable {
+  seq: Generated<number>;
+  workspace_id: string;
+  page_id: string;
+  at: string;
+}
+
 export interface DB {
   workspaces: WorkspacesTable;
   principals: PrincipalsTable;
@@ -358,4 +386,7 @@ export interface DB {
   page_links: PageLinksTable;
   page_keys: PageKeysTable;
   page_tags: PageTagsTable;
+  embed_jobs: EmbedJobsTable;
+  section_vectors: SectionVectorsTable;
+  vector_log: VectorLogTable;
 }

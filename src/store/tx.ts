@@ -39,3 +39,8 @@ export function afterCommit(trx: Transaction<DB>, fn: () => void): void {
   if (!hooks) throw new Error('afterCommit is only available inside inTransaction');
   hooks.push(fn);
 }
+
+/** Like afterCommit, but outside inTransaction (a migration's backfill) it does nothing. */
+export function afterCommitIfAny(db: object, fn: () => void): void {
+  hooksOf.get(db)?.push(fn);
+}

@@ -141,7 +141,7 @@ describe('OpenAIEmbeddings: the protocol', () => {
     expect(out).toHaveLength(3);
     ['alpha', 'beta', 'gamma'].forEach((t, i) => expectVector(out[i], t));
     expect(p.dimensions).toBe(DIMS);
-    expect(modelKey(p)).toBe(`openai:test-embed-1:${DIMS}`);
+    expect(modelKey(p.provider, p.model)).toBe('openai:test-embed-1');
   });
 
   it('sends `dimensions` when configured, and no Authorization header without a key', async () => {

@@ -6,6 +6,17 @@ import type { CoreContext } from '../../core/context.js';
 import { pingStore } from '../../store/db.js';
 import { GIT_SHA, VERSION } from '../../version.js';
 
+/** Vectors trail writes: `backlog` pages wait for them; `degraded` while the provider fails (writes go on). */
+const Embeddings = z.object({
+  status: z.enum(['ok', 'degraded', 'starting', 'unknown']),
+  provider: z.string(),
+  model: z.string(),
+  dimensions: z.number(),
+  backlog: z.number().nullable(),
+  last_error: z.string().nullable(),
+  last_error_at: z.string().nullable(),
+});
+
 export async function healthRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
   const r = app.withTypeProvider<ZodTypeProvider>();
 
@@ -50,26 +61,37 @@ export async function healthRoutes(app: FastifyInstance, ctx: CoreContext): Prom
             version: z.string(),
             git_sha: z.string(),
             database: z.object({ ok: z.boolean(), engine: z.string() }),
-            embeddings: z.object({ status: z.string() }),
+            embeddings: Embeddings,
           }),
           503: z.object({
             status: z.enum(['ready', 'unavailable']),
             version: z.string(),
             git_sha: z.string(),
             database: z.object({ ok: z.boolean(), engine: z.string() }),
-            embeddings: z.object({ status: z.string() }),
+            embeddings: Embeddings,
           }),
         },
       },
     },
     async (_req, reply) => {
       const ok = await pingStore(ctx.store);
+      const embeddings = ok
+        ? await ctx.retrieval.status().catch(() => null)
+        : null;
       const body = {
         status: ok ? ('ready' as const) : ('unavailable' as const),
         version: VERSION,
         git_sha: GIT_SHA,
         database: { ok, engine: ctx.store.dialect },
-        embeddings: { status: 'disabled' },
+        embeddings: embeddings ?? {
+          status: 'unknown',
+          provider: ctx.retrieval.provider.provider,
+          model: ctx.retrieval.provider.model,
+          dimensions: ctx.retrieval.provider.dimensions,
+          backlog: null,
+          last_error: null,
+          last_error_at: null,
+        },
       };
       return reply.code(ok ? 200 : 503).send(body);
     },

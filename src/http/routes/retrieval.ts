@@ -39,14 +39,14 @@ export async function retrievalRoutes(app: FastifyInstance, ctx: CoreContext): P
           space: FilterText(100).optional(),
           cluster: FilterText(512).optional().describe('A folder path; pages in it and in its sub-folders'),
           tags: Tags.optional(),
-          mode: z.enum(SEARCH_MODES).default('hybrid').describe('hybrid and vector answer the keyword ranking until vectors exist (mode_used says so)'),
+          mode: z.enum(SEARCH_MODES).default('hybrid').describe('hybrid (default): keyword and vector rankings fused; fts: keyword only; vector: embeddings only'),
           limit: z.coerce.number().int().min(1).max(SEARCH_MAX_LIMIT).default(SEARCH_DEFAULT_LIMIT),
           include_archived: QueryBool.default(false),
         }),
         response: {
           200: z.object({
             mode: z.enum(SEARCH_MODES),
-            mode_used: z.literal('fts'),
+            mode_used: z.enum(SEARCH_MODES).describe('The ranking used: vector modes fall back to fts while embeddings are unavailable (note says why)'),
             note: z.string().optional(),
             results: z.array(
               z.object({

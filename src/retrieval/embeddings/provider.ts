@@ -29,7 +29,10 @@ export function normalize(v: Float32Array): Float32Array {
   return v;
 }
 
-/** `provider:model:dimensions`, stored with each vector: a vector of another key is stale and re-embedded. */
-export function modelKey(p: Pick<EmbeddingProvider, 'provider' | 'model' | 'dimensions'>): string {
-  return `${p.provider}:${p.model}:${p.dimensions}`;
+/**
+ * `provider:model` (plus `:dimensions` when the size is asked for explicitly), stored with each
+ * vector: a vector of another key is stale and is re-embedded in the background.
+ */
+export function modelKey(provider: string, model: string, requestedDimensions?: number): string {
+  return requestedDimensions === undefined ? `${provider}:${model}` : `${provider}:${model}:${requestedDimensions}`;
 }

@@ -1,13 +1,12 @@
 import { sql, type Kysely } from 'kysely';
 import type { Dialect } from '../db.js';
 import type { DB } from '../schema.js';
-import { reindexAll } from '../../retrieval/indexer.js';
 import { PG_FOLD } from '../../retrieval/keyword.js';
 
 /**
  * Retrieval (keyword slice): sections with the engine's full-text index, links between pages,
  * tags and the names a page answers to (for `[[wiki]]` links). All of it is written by
- * commitPage inside the page's own transaction; existing pages are indexed here once.
+ * commitPage inside the page's own transaction; existing pages are indexed by migration 005.
  */
 export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
   if (dialect === 'postgres') {
@@ -99,5 +98,5 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
     .execute();
   await db.schema.createIndex('page_tags_tag').on('page_tags').columns(['workspace_id', 'tag']).execute();
 
-  await reindexAll(db as unknown as Kysely<DB>);
+  // Existing pages are indexed by migration 005, once the embedding backlog exists too.
 }

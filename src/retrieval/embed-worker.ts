@@ -1,0 +1,218 @@
+import { sql } from 'kysely';
+import type { Store } from '../store/db.js';
+import { inTransaction } from '../store/tx.js';
+import { bytesToVec, sectionEmbedText, textHash, vecToBytes } from './embed-text.js';
+import { EmbeddingUnavailableError, type EmbeddingProvider } from './embeddings/provider.js';
+
+/** Pages taken from the backlog per round; their sections are embedded in one provider call. */
+const ROUND = 32;
+const IDLE_POLL_MS = 250;
+/** A failed page waits 2^attempts seconds, at most this long, before its next try. */
+const MAX_BACKOFF_MS = 5 * 60_000;
+/** vector_log entries older than this are deleted; a node that slept longer reloads fully. */
+export const VECTOR_LOG_KEEP_MS = 60 * 60_000;
+
+/** Workers of this process; a committed write wakes them (each then looks at its own store). */
+const workers = new Set<EmbedWorker>();
+export function wakeEmbedWorkers(): void {
+  for (const w of workers) w.wake();
+}
+
+export interface WorkerStatus {
+  lastError: string | null;
+  lastErrorAt: string | null;
+  embeddedPages: number;
+}
+
+interface Job {
+  page_id: string;
+  workspace_id: string;
+  content_hash: string;
+  attempts: number;
+}
+
+/**
+ * Keeps section vectors behind page writes: every write queues its page in `embed_jobs`
+ * (in the write's own transaction); this worker embeds the queued pages' sections and
+ * replaces their vectors in one transaction per round. A provider outage never fails a write:
+ * the pages stay queued with a back-off and the backlog grows until the provider answers.
+ */
+export class EmbedWorker {
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | undefined;
+  private stopped = true;
+  private wakeRequested = false;
+  readonly status: WorkerStatus = { lastError: null, lastErrorAt: null, embeddedPages: 0 };
+
+  constructor(
+    private readonly store: Store,
+    private readonly provider: EmbeddingProvider,
+    private readonly key: string,
+    /** Called after a round changed vectors, with the workspace ids touched. */
+    private readonly onChange: (workspaces: Set<string>) => void,
+  ) {}
+
+  /** Queues pages whose vectors are missing or of another model (a provider or model change), then starts polling. */
+  async start(): Promise<void> {
+    this.stopped = false;
+    workers.add(this);
+    await this.enqueueStale();
+    this.schedule(0);
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    workers.delete(this);
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    await this.running;
+  }
+
+  /** A write just queued a page: look now instead of at the next poll. */
+  wake(): void {
+    if (this.stopped) return;
+    if (this.running) {
+      this.wakeRequested = true;
+      return;
+    }
+    this.schedule(0);
+  }
+
+  /** Pages waiting for vectors (the backlog). */
+  async backlog(): Promise<number> {
+    const r = await this.store.db.selectFrom('embed_jobs').select(sql<number>`count(*)`.as('n')).executeTakeFirstOrThrow();
+    return Number(r.n);
+  }
+
+  /** Runs rounds until nothing is due (benchmarks, tests and `drain` callers). Returns pages handled. */
+  async drain(): Promise<number> {
+    let total = 0;
+    for (;;) {
+      await this.running;
+      const n = await this.runRound(true);
+      total += n;
+      if (n === 0) return total;
+    }
+  }
+
+  private schedule(ms: number): void {
+    if (this.stopped) return;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.running = this.runRound(false)
+        .then((n) => {
+          this.running = undefined;
+          const again = n > 0 || this.wakeRequested;
+          this.wakeRequested = false;
+          this.schedule(again ? 0 : IDLE_POLL_MS);
+        })
+        .catch(() => {
+          this.running = undefined;
+          this.schedule(IDLE_POLL_MS * 4);
+        });
+    }, ms);
+    this.timer.unref();
+  }
+
+  private async enqueueStale(): Promise<void> {
+    const now = new Date().toISOString();
+    await sql`insert into embed_jobs (page_id, workspace_id, content_hash, queued_at, attempts)
+      select p.id, p.workspace_id, p.content_hash, ${now}, 0 from pages p
+      where p.deleted_at is null
+        and exists (select 1 from page_sections s where s.page_id = p.id)
+        and not exists (select 1 from section_vectors v where v.page_id = p.id and v.model = ${this.key})
+        and not exists (select 1 from embed_jobs j where j.page_id = p.id)`.execute(this.store.db);
+    // Vectors of pages deleted while no worker ran, and old log entries.
+    await sql`delete from vector_log where at < ${new Date(Date.now() - VECTOR_LOG_KEEP_MS).toISOString()}`.execute(this.store.db);
+  }
+
+  /** One round: take due pages, embed what changed, write. Returns the number of pages handled. */
+  private async runRound(ignoreBackoff: boolean): Promise<number> {
+    const db = this.store.db;
+    const now = new Date().toISOString();
+    let q = db.selectFrom('embed_jobs').select(['page_id', 'workspace_id', 'content_hash', 'attempts']).orderBy('queued_at').limit(ROUND);
+    if (!ignoreBackoff) q = q.where((eb) => eb.or([eb('not_before', 'is', null), eb('not_before', '<=', now)]));
+    const jobs: Job[] = await q.execute();
+    if (jobs.length === 0) return 0;
+
+    const ids = jobs.map((j) => j.page_id);
+    const pages = new Map(
+      (await db.selectFrom('pages').select(['id', 'content_hash', 'deleted_at']).where('id', 'in', ids).execute()).map((p) => [p.id, p]),
+    );
+    const sections = await db
+      .selectFrom('page_sections')
+      .select(['page_id', 'ord', 'title', 'heading', 'text'])
+      .where('page_id', 'in', ids)
+      .orderBy('page_id')
+      .orderBy('ord')
+      .execute();
+    const old = await db.selectFrom('section_vectors').select(['text_hash', 'vec']).where('page_id', 'in', ids).where('model', '=', this.key).execute();
+    const reuse = new Map(old.map((o) => [o.text_hash, o.vec]));
+
+    // What each live page's sections need; only texts not embedded before go to the provider.
+    const wanted: { page_id: string; ord: number; hash: string; text: string }[] = [];
+    for (const s of sections) {
+      const page = pages.get(s.page_id);
+      if (!page || page.deleted_at !== null) continue;
+      const text = sectionEmbedText(s.title, s.heading, s.text);
+      wanted.push({ page_id: s.page_id, ord: s.ord, hash: textHash(text), text });
+    }
+    const missing = [...new Map(wanted.filter((w) => !reuse.has(w.hash)).map((w) => [w.hash, w.text]))];
+    const fresh = new Map<string, Uint8Array>();
+    if (missing.length > 0) {
+      try {
+        const vecs = await this.provider.embed(missing.map(([, t]) => t));
+        missing.forEach(([hash], i) => fresh.set(hash, vecToBytes(vecs[i]!)));
+      } catch (e) {
+        await this.fail(jobs, e);
+        return jobs.length;
+      }
+    }
+
+    const touched = new Set<string>();
+    const at = new Date().toISOString();
+    await inTransaction(this.store, null, async (trx) => {
+      for (const job of jobs) {
+        // A write since we read the job queued newer content: leave the job for the next round.
+        const still = await trx.selectFrom('embed_jobs').select('content_hash').where('page_id', '=', job.page_id).executeTakeFirst();
+        if (!still || still.content_hash !== job.content_hash) continue;
+        const page = pages.get(job.page_id);
+        const live = page !== undefined && page.deleted_at === null && page.content_hash === job.content_hash;
+        await trx.deleteFrom('section_vectors').where('page_id', '=', job.page_id).execute();
+        if (live) {
+          const rows = wanted
+            .filter((w) => w.page_id === job.page_id)
+            .map((w) => ({ page_id: w.page_id, ord: w.ord, workspace_id: job.workspace_id, model: this.key, text_hash: w.hash, vec: fresh.get(w.hash) ?? reuse.get(w.hash)! }));
+          for (let i = 0; i < rows.length; i += 100) await trx.insertInto('section_vectors').values(rows.slice(i, i + 100)).execute();
+        }
+        await trx.deleteFrom('embed_jobs').where('page_id', '=', job.page_id).where('content_hash', '=', job.content_hash).execute();
+        await trx.insertInto('vector_log').values({ workspace_id: job.workspace_id, page_id: job.page_id, at }).execute();
+        touched.add(job.workspace_id);
+      }
+    });
+    this.status.embeddedPages += jobs.length;
+    if (this.status.lastError !== null && missing.length > 0) this.status.lastError = null;
+    if (touched.size > 0) this.onChange(touched);
+    return jobs.length;
+  }
+
+  private async fail(jobs: Job[], e: unknown): Promise<void> {
+    const message = e instanceof Error ? e.message : String(e);
+    this.status.lastError = message.slice(0, 500);
+    this.status.lastErrorAt = new Date().toISOString();
+    if (!(e instanceof EmbeddingUnavailableError)) this.status.lastError = `unexpected: ${this.status.lastError}`;
+    const retryAfter = (e as { retryAfterMs?: number }).retryAfterMs ?? 0;
+    for (const job of jobs) {
+      const wait = Math.max(retryAfter, Math.min(MAX_BACKOFF_MS, 1000 * 2 ** job.attempts));
+      await this.store.db
+        .updateTable('embed_jobs')
+        .set({ attempts: job.attempts + 1, not_before: new Date(Date.now() + wait).toISOString(), last_error: this.status.lastError })
+        .where('page_id', '=', job.page_id)
+        .where('content_hash', '=', job.content_hash)
+        .execute();
+    }
+  }
+}
+
+export { bytesToVec };

@@ -1,0 +1,48 @@
+import { sql, type Kysely } from 'kysely';
+import type { Dialect } from '../db.js';
+import type { DB } from '../schema.js';
+import { reindexAll } from '../../retrieval/indexer.js';
+
+/**
+ * Retrieval (vector slice): the embedding backlog, the section vectors and a change log that
+ * lets every node keep its in-memory matrices current. Every live page starts in the backlog.
+ */
+export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
+  const pg = dialect === 'postgres';
+  // One row per page whose vectors are behind its content (the write that queued it says which content).
+  await db.schema
+    .createTable('embed_jobs')
+    .addColumn('page_id', 'text', (c) => c.primaryKey())
+    .addColumn('workspace_id', 'text', (c) => c.notNull())
+    .addColumn('content_hash', 'text', (c) => c.notNull())
+    .addColumn('queued_at', 'text', (c) => c.notNull())
+    .addColumn('attempts', 'integer', (c) => c.notNull().defaultTo(0))
+    .addColumn('not_before', 'text')
+    .addColumn('last_error', 'text')
+    .execute();
+  await db.schema.createIndex('embed_jobs_queue').on('embed_jobs').columns(['queued_at']).execute();
+
+  await db.schema
+    .createTable('section_vectors')
+    .addColumn('page_id', 'text', (c) => c.notNull())
+    .addColumn('ord', 'integer', (c) => c.notNull())
+    .addColumn('workspace_id', 'text', (c) => c.notNull())
+    // provider:model:dimensions (modelKey); vectors of another key are stale and re-embedded.
+    .addColumn('model', 'text', (c) => c.notNull())
+    .addColumn('text_hash', 'text', (c) => c.notNull())
+    .addColumn('vec', pg ? 'bytea' : 'blob', (c) => c.notNull())
+    .addPrimaryKeyConstraint('section_vectors_pk', ['page_id', 'ord'])
+    .execute();
+  await db.schema.createIndex('section_vectors_ws').on('section_vectors').columns(['workspace_id', 'model']).execute();
+
+  // Appended whenever a page's vectors change; nodes replay it to refresh their matrices.
+  if (pg) {
+    await sql`create table vector_log (seq bigserial primary key, workspace_id text not null, page_id text not null, at text not null)`.execute(db);
+  } else {
+    await sql`create table vector_log (seq integer primary key autoincrement, workspace_id text not null, page_id text not null, at text not null)`.execute(db);
+  }
+  await db.schema.createIndex('vector_log_ws').on('vector_log').columns(['workspace_id', 'seq']).execute();
+
+  // Index every live page (keyword rows, links, and a place in the backlog).
+  await reindexAll(db as unknown as Kysely<DB>);
+}
