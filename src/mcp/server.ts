@@ -44,6 +44,8 @@ function callContext(extra: Extra): McpCallContext {
   return c;
 }
 
+const LooseCallTool = z.object({ method: z.literal('tools/call'), params: z.unknown() });
+
 /** JSON Schema of a tool's arguments, as clients see it (no `$schema` noise). */
 function inputSchema(schema: z.ZodObject): Tool['inputSchema'] {
   const { $schema: _s, ...rest } = z.toJSONSchema(schema, { io: 'input' }) as Record<string, unknown>;
@@ -112,7 +114,12 @@ export function buildServer(ctx: CoreContext, shared: McpShared, log: FastifyBas
   const server = mcp.server;
   server.registerCapabilities({ tools: {} });
   server.setRequestHandler(ListToolsRequestSchema, () => shared.toolList);
-  server.setRequestHandler(CallToolRequestSchema, (req, extra) => callTool(ctx, shared, log, req.params.name, req.params.arguments, extra));
+  // Registered with a loose schema: the SDK then checks the request against the real one itself
+  // and answers a malformed call -32602 (its own strict parse would answer -32603).
+  server.setRequestHandler(LooseCallTool, (req, extra) => {
+    const { params } = CallToolRequestSchema.parse(req);
+    return callTool(ctx, shared, log, params.name, params.arguments, extra);
+  });
 
   mcp.registerResource(
     'space-index',
