@@ -6,12 +6,13 @@
  */
 import os from 'node:os';
 import { benchBytesPerCommit, snapshotBeforeSeed } from './bytes.js';
+import { benchMcp } from './mcp.js';
 import { benchReads } from './reads.js';
 import { RETRIEVAL_NAMES, runRetrievalBenches } from './retrieval-suite.js';
 import { cleanupAllSync, fsyncProbe, installCleanupHandlers, loadAverage, log, makeTempDir, removeTempDir, round } from './util.js';
 import { benchCoreWrites, benchRestWrites, closeFixture, seedFolder, setupFixture, type Fixture } from './writes.js';
 
-const NAMES = ['writes', 'bytes_per_commit', 'reads', ...RETRIEVAL_NAMES] as const;
+const NAMES = ['writes', 'bytes_per_commit', 'reads', 'mcp', ...RETRIEVAL_NAMES] as const;
 type Name = (typeof NAMES)[number];
 
 class UsageError extends Error {}
@@ -94,6 +95,11 @@ async function main(): Promise<void> {
   if (only.has('reads')) {
     out.reads = await benchReads({ durationS: size.readS, warmupS: size.readWarmupS, connections: 8 });
     loads.after_reads = loadAverage();
+  }
+
+  if (only.has('mcp')) {
+    out.mcp = await benchMcp({ durationS: size.readS, warmupS: size.readWarmupS, connections: 8 });
+    loads.after_mcp = loadAverage();
   }
 
   await runRetrievalBenches(only, quick, out, loads);

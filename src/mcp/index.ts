@@ -92,8 +92,12 @@ export async function mcpRoutes(app: FastifyInstance, ctx: CoreContext): Promise
       const mcp = buildServer(ctx, shared, req.log);
       const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
       const raw = reply.raw;
+      // A finished answer leaves nothing behind (JSON mode: no stream, no timer), so the
+      // server and transport are left to the GC; only a client that went away before its
+      // answer ends the call's work (an inbox long-poll) and the connection.
       const done = () => {
         inFlight.delete(ac);
+        if (raw.writableFinished) return;
         ac.abort();
         void mcp.close().catch(() => {});
       };

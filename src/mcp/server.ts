@@ -2,7 +2,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import type { RequestHandlerExtra } from '@modelcontextprotocol/sdk/shared/protocol.js';
 import {
-  CallToolRequestSchema,
+  type CallToolRequest,
   ErrorCode,
   ListToolsRequestSchema,
   McpError,
@@ -92,7 +92,7 @@ async function callTool(ctx: CoreContext, shared: McpShared, log: FastifyBaseLog
     const parsed = tool.schema.safeParse(args ?? {});
     if (!parsed.success) throw badRequest(`Invalid arguments for ${name}: ${argumentError(parsed.error)}`);
     enforce(decideToolGrant(p, tool.grants));
-    return toolResult(await tool.run(parsed.data, { ctx, p, signal: anySignal(signal, extra.signal) }));
+    return toolResult(await tool.run(parsed.data, { ctx, p, get signal() { return anySignal(signal, extra.signal); } }));
   } catch (e) {
     const { error, unexpected } = asServiceError(e);
     if (unexpected) log.error({ err: e, tool: name }, 'MCP tool failed');
@@ -100,6 +100,7 @@ async function callTool(ctx: CoreContext, shared: McpShared, log: FastifyBaseLog
   }
 }
 
+/** The request's own signal and the SDK's (a notifications/cancelled), combined only when used. */
 function anySignal(a: AbortSignal, b: AbortSignal | undefined): AbortSignal {
   return b ? AbortSignal.any([a, b]) : a;
 }
@@ -117,7 +118,8 @@ export function buildServer(ctx: CoreContext, shared: McpShared, log: FastifyBas
   // Registered with a loose schema: the SDK then checks the request against the real one itself
   // and answers a malformed call -32602 (its own strict parse would answer -32603).
   server.setRequestHandler(LooseCallTool, (req, extra) => {
-    const { params } = CallToolRequestSchema.parse(req);
+    // The SDK checked the request against CallToolRequestSchema before calling us.
+    const params = req.params as CallToolRequest['params'];
     return callTool(ctx, shared, log, params.name, params.arguments, extra);
   });
 
