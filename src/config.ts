@@ -128,7 +128,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     embeddings: {
       provider: c.EMBEDDINGS,
       url: c.EMBEDDINGS_URL?.replace(/\/+$/, ''),
-      model: c.EMBEDDINGS_MODEL ?? (c.EMBEDDINGS === 'openai' ? 'text-embedding-3-small' : 'hashed-ngrams-v1'),
+      model: c.EMBEDDINGS_MODEL ?? (c.EMBEDDINGS === 'openai' ? 'text-embedding-3-small' : 'hashed-ngrams-v2'),
       apiKey: c.EMBEDDINGS_API_KEY,
       dimensions: c.EMBEDDINGS_DIMENSIONS,
       batch: c.EMBEDDINGS_BATCH,

@@ -3,6 +3,7 @@ import type { CoreContext } from '../core/context.js';
 import { ceilingFor } from '../policy/access.js';
 import type { Action, Principal } from '../policy/principal.js';
 import { atOrBelow, isLevel, LEVELS, rank, type Level } from '../policy/sensitivity.js';
+import { hashTag, sectionEmbedText, textHash } from './embed-text.js';
 import { fts5Match, pgTsQuery } from './keyword.js';
 
 /** Nearest rows looked up at most per vector query before filters give up. */
@@ -152,7 +153,7 @@ export async function vectorCandidates(ctx: CoreContext, p: Principal, scope: Sc
     seen = hits.length;
     for (let i = 0; i < batch.length; i += 400) {
       const part = batch.slice(i, i + 400);
-      const keys = part.map((h) => sql`(${h.pageId}, ${h.ord})`);
+      const keys = part.map((h) => sql`(cast(${h.pageId} as text), cast(${h.ord} as integer))`);
       const rows = (
         await sql<Omit<Candidate, 'score'>>`
         select ${COLS} from page_sections s join pages p on p.id = s.page_id
@@ -161,7 +162,8 @@ export async function vectorCandidates(ctx: CoreContext, p: Principal, scope: Sc
       const byKey = new Map(rows.map((r) => [`${r.page_id}\u0000${r.ord}`, r]));
       for (const h of part) {
         const r = byKey.get(`${h.pageId}\u0000${h.ord}`);
-        if (r && visible(p, scope.action, r)) out.push({ ...r, score: h.score });
+        // A vector of text the page no longer has (the worker has not caught up) answers nothing.
+        if (r && visible(p, scope.action, r) && hashTag(textHash(sectionEmbedText(r.title, r.heading, r.text))) === h.tag) out.push({ ...r, score: h.score });
       }
     }
     // Narrow scopes in a large workspace: stop after the nearest VECTOR_SCAN_CAP rows (keyword search covers the rest).

@@ -20,3 +20,8 @@ export function bytesToVec(b: Uint8Array): Float32Array {
   new Uint8Array(out.buffer).set(b);
   return out;
 }
+
+/** 32 bits of a text hash, kept per matrix row to tell a stale vector from a current one. */
+export function hashTag(hash: string): number {
+  return Number.parseInt(hash.slice(0, 8), 16);
+}

@@ -7,7 +7,9 @@ import type { Candidate } from './candidates.js';
  * GATE_LOW cosine, full weight from GATE_HIGH, and full weight when keyword found nothing
  * (typos, words the pages do not use). Constants measured on bench/eval (docs/decisions.md).
  */
-export const RRF_K = 60;
+export const RRF_K = 10;
+/** Sections less similar than this are no answer at all (random pairs of builtin vectors sit near 0 ± 0.05). */
+export const VECTOR_FLOOR = 0.12;
 export const GATE_LOW = 0.2;
 export const GATE_HIGH = 0.45;
 export const VECTOR_MAX_WEIGHT = 0.8;

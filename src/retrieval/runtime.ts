@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { EmbeddingsConfig } from '../config.js';
 import type { Store } from '../store/db.js';
-import { bytesToVec } from './embed-text.js';
+import { bytesToVec, hashTag } from './embed-text.js';
 import { EmbedWorker, VECTOR_LOG_KEEP_MS } from './embed-worker.js';
 import { BuiltinEmbeddings } from './embeddings/builtin.js';
 import { OpenAIEmbeddings } from './embeddings/openai.js';
@@ -132,7 +132,7 @@ export class RetrievalRuntime {
     for (;;) {
       const rows = await db
         .selectFrom('section_vectors')
-        .select(['page_id', 'ord', 'vec'])
+        .select(['page_id', 'ord', 'text_hash', 'vec'])
         .where('workspace_id', '=', workspaceId)
         .where('model', '=', this.key)
         .where('page_id', '>', after)
@@ -152,14 +152,14 @@ export class RetrievalRuntime {
     return state;
   }
 
-  private apply(state: Loaded, rows: { page_id: string; ord: number; vec: Uint8Array }[]): void {
-    const byPage = new Map<string, { ord: number; vec: Float32Array }[]>();
+  private apply(state: Loaded, rows: { page_id: string; ord: number; text_hash: string; vec: Uint8Array }[]): void {
+    const byPage = new Map<string, { ord: number; vec: Float32Array; tag: number }[]>();
     for (const r of rows) {
       const vec = bytesToVec(r.vec);
       state.matrix ??= new VectorMatrix(vec.length);
       if (vec.length !== state.matrix.dims) continue;
       const list = byPage.get(r.page_id) ?? [];
-      list.push({ ord: r.ord, vec });
+      list.push({ ord: r.ord, vec, tag: hashTag(r.text_hash) });
       byPage.set(r.page_id, list);
     }
     for (const [page, vecs] of byPage) state.matrix!.setPage(page, vecs);
@@ -181,7 +181,7 @@ export class RetrievalRuntime {
       const batch = pages.slice(i, i + 500);
       const rows = await db
         .selectFrom('section_vectors')
-        .select(['page_id', 'ord', 'vec'])
+        .select(['page_id', 'ord', 'text_hash', 'vec'])
         .where('page_id', 'in', batch)
         .where('model', '=', this.key)
         .orderBy('page_id')

@@ -4,7 +4,7 @@ import { hasActionWithin } from '../policy/access.js';
 import type { Principal } from '../policy/principal.js';
 import { keywordCandidates, vectorCandidates, type Candidate, type Scope } from './candidates.js';
 import { EmbeddingUnavailableError } from './embeddings/provider.js';
-import { boostAndSort, fuse } from './hybrid.js';
+import { boostAndSort, fuse, VECTOR_FLOOR } from './hybrid.js';
 import { queryTerms } from './keyword.js';
 
 export const SEARCH_MODES = ['hybrid', 'fts', 'vector'] as const;
@@ -132,7 +132,7 @@ export async function searchPages(ctx: CoreContext, p: Principal, opts: SearchOp
       out.mode_used = 'fts';
       out.note = `embeddings are unavailable (${ctx.retrieval.provider.provider}); ranked by keyword (fts)`;
       if (opts.mode === 'vector') return searchPages(ctx, p, { ...opts, mode: 'fts' }).then((r) => ({ ...r, mode: 'vector', mode_used: 'fts', note: out.note! }));
-    } else vec = byPage(list);
+    } else vec = byPage(list.filter((c) => c.score >= VECTOR_FLOOR));
   }
 
   let ranked: { c: Candidate; score: number; fromKeyword: boolean }[];

@@ -17,7 +17,17 @@ interface Hit {
   section: string;
 }
 
-/** Search (keyword slice of issue 5), backlinks and related over real HTTP. */
+/** Waits until the embedding backlog is empty (vectors trail writes by a moment), as an operator would watch /readyz. */
+async function waitForVectors(c: Client): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    const r = await c.get('/readyz');
+    if (r.body.embeddings?.backlog === 0) return;
+    await new Promise((res) => setTimeout(res, 25));
+  }
+  throw new Error('embedding backlog did not drain');
+}
+
+/** Search, backlinks and related over real HTTP. */
 describe.each(testEngines())('search, backlinks and related (%s)', (engine) => {
   let s: TestServer;
   let owner: Client;
@@ -80,15 +90,24 @@ describe.each(testEngines())('search, backlinks and related (%s)', (engine) => {
     expect(paths(await search(owner, { q: 'deploying quasars' }))).toContain('eng/rank/title.md');
   });
 
-  it('answers hybrid and vector with the keyword ranking and says so', async () => {
-    const h = await search(owner, { q: 'zebrafish', mode: 'hybrid' });
-    expect(h).toMatchObject({ mode: 'hybrid', mode_used: 'fts' });
-    expect(h.note).toMatch(/fts/);
-    const v = await search(owner, { q: 'zebrafish', mode: 'vector' });
-    expect(v).toMatchObject({ mode: 'vector', mode_used: 'fts' });
-    expect(v.results).toHaveLength(h.results.length);
-    const f = await search(owner, { q: 'zebrafish', mode: 'fts' });
-    expect(f.note).toBeUndefined();
+  it('ranks by vectors in vector mode, fuses in hybrid, and forgives typos that keyword search misses', async () => {
+    await waitForVectors(owner);
+    const h = await search(owner, { q: 'zebrafish runbook', mode: 'hybrid' });
+    expect(h).toMatchObject({ mode: 'hybrid', mode_used: 'hybrid' });
+    expect(h.note).toBeUndefined();
+    expect(h.results[0]!.path).toBe('eng/ops/a.md');
+    const v = await search(owner, { q: 'zebrafish runbook', mode: 'vector' });
+    expect(v).toMatchObject({ mode: 'vector', mode_used: 'vector' });
+    expect(v.results[0]!.path).toBe('eng/ops/a.md');
+    expect(v.results[0]!.score).toBeGreaterThan(0.2);
+    // A misspelt word: keyword search finds nothing, the vector list still does.
+    expect((await search(owner, { q: 'zebrafsh runbok', mode: 'fts' })).results).toEqual([]);
+    expect((await search(owner, { q: 'zebrafsh runbok', mode: 'hybrid' })).results[0]!.path).toBe('eng/ops/a.md');
+    // Filters hold in every mode.
+    for (const mode of ['vector', 'hybrid']) {
+      expect(paths(await search(owner, { q: 'zebrafish', mode, cluster: 'eng/ops/sub' }))).toEqual(['eng/ops/sub/b.md']);
+      expect(paths(await search(owner, { q: 'zebrafish', mode, tags: 'ops,deploy' }))).toEqual(['eng/ops/a.md']);
+    }
     // The default is hybrid (the MCP tool's mode).
     expect((await search(owner, { q: 'zebrafish' })).mode).toBe('hybrid');
   });
@@ -129,25 +148,39 @@ describe.each(testEngines())('search, backlinks and related (%s)', (engine) => {
     await create('eng/redact/marmot.md', content);
     // Owner (secret) finds and sees everything.
     const o = await search(owner, { q: 'swordfish' });
-    expect(paths(o)).toEqual(['eng/redact/marmot.md']);
+    expect(paths(await search(owner, { q: 'swordfish', mode: 'fts' }))).toEqual(['eng/redact/marmot.md']);
+    expect(o.results[0]!.path).toBe('eng/redact/marmot.md');
     expect(o.results[0]!.snippet).toContain('swordfish');
     // Confidential: the secret block does not exist for it.
-    expect((await search(conf, { q: 'swordfish' })).results).toEqual([]);
-    expect((await search(conf, { q: 'password unlocks' })).results).toEqual([]);
+    await waitForVectors(owner);
+    expect((await search(conf, { q: 'swordfish', mode: 'fts' })).results).toEqual([]);
+    expect((await search(conf, { q: 'password unlocks', mode: 'fts' })).results).toEqual([]);
+    // Vectors of a hidden block never bring its page back.
+    for (const mode of ['vector', 'hybrid']) {
+      for (const q of ['swordfish', 'swordfish password unlocks vault', 'pelican hotline']) {
+        const r = await search(conf, { q, mode });
+        if (q === 'pelican hotline') continue; // confidential: conf sees that block
+        expect(paths(r), `${mode} ${q}`).not.toContain('eng/redact/marmot.md');
+      }
+    }
     for (const q of ['marmot', 'marmot swordfish', 'swordfish marmot vault', 'marmot runbook', 'pelican', 'vault', 'recovery marmot']) {
-      for (const mode of ['fts', 'hybrid']) {
+      for (const mode of ['fts', 'hybrid', 'vector']) {
         const r = await search(conf, { q, mode });
         for (const h of r.results) {
           expect(h.snippet, q).not.toMatch(/swordfish|password/i);
         }
       }
     }
-    expect(paths(await search(conf, { q: 'marmot swordfish' }))).toEqual(['eng/redact/marmot.md']);
-    expect(paths(await search(conf, { q: 'pelican' }))).toEqual(['eng/redact/marmot.md']);
+    expect(paths(await search(conf, { q: 'marmot swordfish', mode: 'fts' }))).toEqual(['eng/redact/marmot.md']);
+    expect(paths(await search(conf, { q: 'pelican', mode: 'fts' }))).toEqual(['eng/redact/marmot.md']);
+    expect((await search(conf, { q: 'pelican' })).results[0]!.path).toBe('eng/redact/marmot.md');
     // Internal: neither block; the heading of a hidden section is not shown either.
-    expect((await search(internal, { q: 'pelican' })).results).toEqual([]);
+    expect((await search(internal, { q: 'pelican', mode: 'fts' })).results).toEqual([]);
+    for (const mode of ['vector', 'hybrid']) expect(paths(await search(internal, { q: 'pelican hotline', mode }))).not.toContain('eng/redact/marmot.md');
     for (const q of ['marmot', 'marmot recovery pelican swordfish']) {
-      for (const h of (await search(internal, { q })).results) expect(h.snippet).not.toMatch(/swordfish|pelican|password|hotline/i);
+      for (const mode of ['fts', 'hybrid', 'vector']) {
+        for (const h of (await search(internal, { q, mode })).results) expect(h.snippet).not.toMatch(/swordfish|pelican|password|hotline/i);
+      }
     }
   });
 

@@ -88,7 +88,9 @@ describe.each(testEngines())('health, OpenAPI and durability (%s)', (engine) => 
     expect(Date.parse(h2.body.indexed_at)).not.toBeNaN();
     const r = await c.get('/readyz');
     expect(r.status).toBe(200);
-    expect(r.body).toMatchObject({ status: 'ready', version: '0.1.0', database: { ok: true, engine }, embeddings: { status: 'disabled' } });
+    expect(r.body).toMatchObject({ status: 'ready', version: '0.1.0', database: { ok: true, engine }, embeddings: { provider: 'builtin', model: 'hashed-ngrams-v2', dimensions: 512 } });
+    expect(r.body.embeddings.backlog).toBeGreaterThanOrEqual(0);
+    expect(['ok', 'degraded']).toContain(r.body.embeddings.status);
     expect(r.body.git_sha).toMatch(/^([0-9a-f]{40}|unknown)$/);
   });
 

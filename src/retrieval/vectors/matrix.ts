@@ -7,6 +7,8 @@ const PAGE = 65536;
 export interface RowHit {
   pageId: string;
   ord: number;
+  /** The row's tag as stored (callers keep 32 bits of the embedded text's hash there, to spot stale rows). */
+  tag: number;
   score: number;
 }
 
@@ -22,6 +24,7 @@ export class VectorMatrix {
   private readonly scanFn = this.instance.exports.scan as (m: number, rows: number, dims: number, q: number, out: number) => void;
   private rowPage: string[] = [];
   private rowOrd: number[] = [];
+  private rowTag: number[] = [];
   private readonly rowsOf = new Map<string, number[]>();
   private capacity = 0;
   /** Byte offsets inside linear memory: [query | scores | matrix]. */
@@ -56,17 +59,18 @@ export class VectorMatrix {
   }
 
   /** Sets a page's vectors (one per section ord), replacing what it had. */
-  setPage(pageId: string, vectors: { ord: number; vec: Float32Array }[]): void {
+  setPage(pageId: string, vectors: { ord: number; vec: Float32Array; tag: number }[]): void {
     this.removePage(pageId);
     if (vectors.length === 0) return;
     this.ensure(this.rows + vectors.length);
     const rows: number[] = [];
-    for (const { ord, vec } of vectors) {
+    for (const { ord, vec, tag } of vectors) {
       if (vec.length !== this.dims) throw new Error(`vector of ${vec.length} dimensions in a ${this.dims}-dimension matrix`);
       const r = this.rowPage.length;
       new Float32Array(this.memory.buffer, this.matrixOff + r * this.stride * 4, this.stride).fill(0).set(vec);
       this.rowPage.push(pageId);
       this.rowOrd.push(ord);
+      this.rowTag.push(tag);
       rows.push(r);
     }
     this.rowsOf.set(pageId, rows);
@@ -88,11 +92,13 @@ export class VectorMatrix {
       const movedPage = this.rowPage[last]!;
       this.rowPage[r] = movedPage;
       this.rowOrd[r] = this.rowOrd[last]!;
+      this.rowTag[r] = this.rowTag[last]!;
       const list = this.rowsOf.get(movedPage)!;
       list[list.indexOf(last)] = r;
     }
     this.rowPage.pop();
     this.rowOrd.pop();
+    this.rowTag.pop();
   }
 
   /** The `k` rows most similar to `query`, best first (exact: every row is scored). */
@@ -103,7 +109,7 @@ export class VectorMatrix {
     new Float32Array(this.memory.buffer, this.queryOff, this.stride).fill(0).set(query);
     this.scanFn(this.matrixOff, n, this.stride, this.queryOff, this.scoresOff);
     const scores = new Float32Array(this.memory.buffer, this.scoresOff, n);
-    return selectTop(scores, Math.min(k, n)).map((r) => ({ pageId: this.rowPage[r]!, ord: this.rowOrd[r]!, score: scores[r]! }));
+    return selectTop(scores, Math.min(k, n)).map((r) => ({ pageId: this.rowPage[r]!, ord: this.rowOrd[r]!, tag: this.rowTag[r]!, score: scores[r]! }));
   }
 
   private ensure(rows: number): void {
