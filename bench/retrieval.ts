@@ -130,6 +130,62 @@ export async function benchRetrievalQuality(opts: { details?: boolean; pgAdminUr
       return out;
     };
 
+    // Offline fusion study (for tuning): the fts and vector lists at depth 50 through the same
+    // searchPages, fused here by weighted reciprocal rank over pages, on a grid of (k, vector weight).
+    let fusion: Record<string, unknown> | string = 'vector mode not served by vectors in this build';
+    if ((modeUsed.vector ?? {}).vector) {
+      const DEPTH = 50;
+      const lists: Record<string, { fts: string[]; vector: string[] }> = {};
+      for (const q of queries) {
+        const f = await searchPages(h.ctx, h.principal, { q: q.q, mode: 'fts', limit: DEPTH, includeArchived: false });
+        const v = await searchPages(h.ctx, h.principal, { q: q.q, mode: 'vector', limit: DEPTH, includeArchived: false });
+        lists[q.id] = { fts: f.results.map((r) => r.path), vector: v.results.map((r) => r.path) };
+      }
+      const evalGrid = (qs: EvalQuery[], k: number, wv: number) => {
+        const rows = qs.map((q) => {
+          const sc = new Map<string, number>();
+          lists[q.id]!.fts.forEach((p, i) => sc.set(p, (sc.get(p) ?? 0) + 1 / (k + i + 1)));
+          lists[q.id]!.vector.forEach((p, i) => sc.set(p, (sc.get(p) ?? 0) + wv / (k + i + 1)));
+          const top = [...sc.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).slice(0, K).map(([p]) => p);
+          const rel = new Set(q.relevant);
+          const i = top.findIndex((p) => rel.has(p));
+          return { kind: q.kind, rr: i < 0 ? 0 : 1 / (i + 1), recall: top.filter((p) => rel.has(p)).length / rel.size, first: i < 0 ? null : i + 1 };
+        });
+        return rows;
+      };
+      const grid: { k: number; w_vector: number; mrr: number; recall: number; keyword: number; paraphrase: number; typo: number }[] = [];
+      for (const k of [5, 10, 20, 60]) {
+        for (const wv of [0, 0.25, 0.5, 0.75, 1, 1.5, 2]) {
+          const rows = evalGrid(queries, k, wv);
+          const by = (kind: string) => score(rows.filter((r) => r.kind === kind)).mrr_at_10;
+          const all = score(rows);
+          grid.push({ k, w_vector: wv, mrr: all.mrr_at_10, recall: all.recall_at_10, keyword: by('keyword'), paraphrase: by('paraphrase'), typo: by('typo') });
+        }
+      }
+      // Two-fold check by need (odd / even groups): pick on one half, score on the other.
+      const groups = [...new Set(queries.map((q) => q.group))].sort();
+      const half = (odd: boolean) => queries.filter((q) => groups.indexOf(q.group) % 2 === (odd ? 1 : 0));
+      const pick = (qs: EvalQuery[]) => {
+        let best = { k: 60, wv: 1, mrr: -1 };
+        for (const g of grid) {
+          const m = score(evalGrid(qs, g.k, g.w_vector)).mrr_at_10;
+          if (m > best.mrr) best = { k: g.k, wv: g.w_vector, mrr: m };
+        }
+        return best;
+      };
+      const a = pick(half(true));
+      const b = pick(half(false));
+      fusion = {
+        method: `weighted RRF over pages of the fts and vector lists (depth ${DEPTH}): score = 1/(k+rank_fts) + w_vector/(k+rank_vector)`,
+        best: [...grid].sort((x, y) => y.mrr - x.mrr).slice(0, 5),
+        grid,
+        two_fold_by_need: {
+          pick_on_odd: { ...a, mrr_on_even: score(evalGrid(half(false), a.k, a.wv)).mrr_at_10 },
+          pick_on_even: { ...b, mrr_on_odd: score(evalGrid(half(true), b.k, b.wv)).mrr_at_10 },
+        },
+      };
+    }
+
     if (opts.details) {
       fs.mkdirSync(CACHE_DIR, { recursive: true });
       const file = path.join(CACHE_DIR, 'last-run.json');
@@ -160,6 +216,7 @@ export async function benchRetrievalQuality(opts: { details?: boolean; pgAdminUr
       },
       modes: perMode,
       hybrid_vs_fts: versus('hybrid', 'fts'),
+      fusion_study: fusion,
       vector_vs_fts: versus('vector', 'fts'),
       hybrid_beats_fts: (perMode.hybrid as { overall: Scores }).overall.mrr_at_10 > (perMode.fts as { overall: Scores }).overall.mrr_at_10,
       load_average_1m_after: loadAverage(),

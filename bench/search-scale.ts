@@ -316,6 +316,7 @@ export async function benchSearchScale(opts: { pages: number; queries: number; p
       const n = Number(await rt.worker.drain());
       const s = (performance.now() - t0) / 1000;
       loads.after_embedding = loadAverage();
+      log(`  embedded ${n} pages in ${round(s, 1)} s`);
       out.vector_indexing = {
         provider: rt.provider ? `${rt.provider.provider}:${rt.provider.model}:${rt.provider.dimensions}` : 'unknown',
         seconds: round(s, 2),
@@ -334,6 +335,7 @@ export async function benchSearchScale(opts: { pages: number; queries: number; p
       const t0 = performance.now();
       await searchPages(h.ctx, h.principal, { q: 'warm up', mode: 'vector', limit: 10, includeArchived: false });
       matrixLoadMs = performance.now() - t0;
+      log(`  first vector query (loads the matrix): ${round(matrixLoadMs, 0)} ms`);
     }
     gc?.();
     const memAfter = mem();
