@@ -1,8 +1,9 @@
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
 import { pageBacklinks, relatedPages } from '../../retrieval/related.js';
+import { BUNDLE_DEFAULT_TOKENS, BUNDLE_MAX_TOKENS, BUNDLE_MIN_TOKENS, buildBundle, type Bundle } from '../../retrieval/bundle.js';
 import { SEARCH_MODES, searchPages } from '../../retrieval/search.js';
 import { caller } from '../auth.js';
 import { errors, QueryBool } from '../schemas.js';
@@ -25,8 +26,110 @@ const Tags = z
   .union([FilterText(2000), z.array(FilterText(2000)).max(50)])
   .transform((v) => [v].flat().flatMap((s) => s.split(',')).map((s) => s.trim()).filter((s) => s !== ''));
 
+const BundleParams = {
+  intent: z.string().max(MAX_QUERY_CHARS).describe('What the context is for; ranks the sections'),
+  scope: FilterText(512).optional().describe('A Space, or space/folder'),
+};
+const BundleBody = z
+  .object({
+    ...BundleParams,
+    budget_tokens: z.number().int().min(BUNDLE_MIN_TOKENS).max(BUNDLE_MAX_TOKENS).default(BUNDLE_DEFAULT_TOKENS),
+    include_links: z.boolean().default(false),
+    include_archived: z.boolean().default(false),
+  })
+  .strict();
+const BundleQuery = z.object({
+  ...BundleParams,
+  budget_tokens: z.coerce.number().int().min(BUNDLE_MIN_TOKENS).max(BUNDLE_MAX_TOKENS).default(BUNDLE_DEFAULT_TOKENS),
+  include_links: QueryBool.default(false),
+  include_archived: QueryBool.default(false),
+});
+const BundleResponse = z.object({
+  intent: z.string(),
+  budget_tokens: z.number(),
+  used_tokens: z.number().describe('Tokens of `markdown`, never above budget_tokens'),
+  tokenizer: z.string(),
+  sections: z.array(
+    z.object({
+      id: z.string(),
+      path: z.string(),
+      title: z.string(),
+      heading: z.string(),
+      commit_sha: z.string(),
+      state: z.string(),
+      tokens: z.number(),
+      score: z.number(),
+      via: z.enum(['rank', 'link']),
+      truncated: z.boolean(),
+      text: z.string(),
+    }),
+  ),
+  markdown: z.string(),
+});
+
+/** `Accept: text/markdown` (preferred over JSON) asks for the bundle's markdown alone. */
+function wantsMarkdown(accept: string | undefined): boolean {
+  if (!accept) return false;
+  const md = /text\/markdown/i.test(accept);
+  const json = /application\/json/i.test(accept);
+  if (!md) return false;
+  if (!json) return true;
+  return accept.toLowerCase().indexOf('text/markdown') < accept.toLowerCase().indexOf('application/json');
+}
+
 export async function retrievalRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
   const r = app.withTypeProvider<ZodTypeProvider>();
+
+  const sendBundle = (b: Bundle, accept: string | undefined, reply: FastifyReply) => {
+    if (wantsMarkdown(accept)) return reply.type('text/markdown; charset=utf-8').serializer((x: unknown) => String(x)).send(b.markdown);
+    return b;
+  };
+
+  r.post(
+    '/api/v1/bundle',
+    {
+      schema: {
+        tags: ['retrieval'],
+        summary: 'Context bundle: ranked, deduplicated sections packed to budget_tokens (o200k tokens), each with its source; Accept: text/markdown for the markdown alone',
+        body: BundleBody,
+        response: { 200: BundleResponse, ...errors(400, 401, 403, 429) },
+      },
+    },
+    async (req, reply) => {
+      const b = req.body;
+      const bundle = await buildBundle(ctx, caller(req), {
+        intent: b.intent,
+        budgetTokens: b.budget_tokens,
+        scope: b.scope,
+        includeLinks: b.include_links,
+        includeArchived: b.include_archived,
+      });
+      return sendBundle(bundle, req.headers.accept, reply);
+    },
+  );
+
+  r.get(
+    '/api/v1/bundle',
+    {
+      schema: {
+        tags: ['retrieval'],
+        summary: 'The context bundle with its parameters in the query string',
+        querystring: BundleQuery,
+        response: { 200: BundleResponse, ...errors(400, 401, 403, 429) },
+      },
+    },
+    async (req, reply) => {
+      const q = req.query;
+      const bundle = await buildBundle(ctx, caller(req), {
+        intent: q.intent,
+        budgetTokens: q.budget_tokens,
+        scope: q.scope,
+        includeLinks: q.include_links,
+        includeArchived: q.include_archived,
+      });
+      return sendBundle(bundle, req.headers.accept, reply);
+    },
+  );
 
   r.get(
     '/api/v1/search',

@@ -1,0 +1,221 @@
+import type { CoreContext } from '../core/context.js';
+import { badRequest, forbidden } from '../core/errors.js';
+import { hasActionWithin } from '../policy/access.js';
+import type { Principal } from '../policy/principal.js';
+import { clusterPath, visible, type Candidate, type Scope } from './candidates.js';
+import { boostAndSort, fuse, VECTOR_FLOOR } from './hybrid.js';
+import { queryTerms } from './keyword.js';
+import { halfLives, keywordList, vectorList } from './search.js';
+import { tokenCount, truncateToTokens } from './tokens.js';
+
+export const BUNDLE_MIN_TOKENS = 200;
+export const BUNDLE_MAX_TOKENS = 64_000;
+export const BUNDLE_DEFAULT_TOKENS = 4000;
+/** Sections ranked per list before packing. */
+const DEPTH = 200;
+/** Two sections sharing this much of their word 5-grams are one: the second is dropped. */
+const NEAR_DUPLICATE = 0.8;
+/** A section cut to fit keeps at least this many tokens of text, or is left out. */
+const MIN_TRUNCATED = 60;
+
+export interface BundleOptions {
+  intent: string;
+  budgetTokens: number;
+  /** A Space, or `space/folder`. */
+  scope?: string | undefined;
+  includeLinks: boolean;
+  includeArchived: boolean;
+}
+
+export interface BundleSection {
+  id: string;
+  path: string;
+  title: string;
+  heading: string;
+  commit_sha: string;
+  state: string;
+  tokens: number;
+  score: number;
+  /** `rank`: matched the intent; `link`: linked from a page already in the bundle (include_links). */
+  via: 'rank' | 'link';
+  truncated: boolean;
+  text: string;
+}
+
+export interface Bundle {
+  intent: string;
+  budget_tokens: number;
+  used_tokens: number;
+  tokenizer: string;
+  sections: BundleSection[];
+  markdown: string;
+}
+
+/** `eng` or `eng/runbooks/deploy`: the Space and, when deeper, the folder. */
+export function parseScope(scope: string | undefined): { space?: string; cluster?: string } {
+  if (scope === undefined) return {};
+  const s = scope.trim().replace(/^\/+|\/+$/g, '');
+  if (s === '') return {};
+  if (s.length > 512 || /[\u0000-\u001f\u007f]/.test(s) || s.split('/').some((seg) => seg === '' || seg === '.' || seg === '..')) {
+    throw badRequest('scope must be a Space or space/folder path', 'invalid_scope');
+  }
+  const space = s.split('/')[0]!;
+  return s.includes('/') ? { space, cluster: s } : { space };
+}
+
+function shingles(text: string): Set<string> {
+  const w = text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? [];
+  const out = new Set<string>();
+  if (w.length < 5) out.add(w.join(' '));
+  for (let i = 0; i + 5 <= w.length; i++) out.add(w.slice(i, i + 5).join(' '));
+  return out;
+}
+
+function overlap(a: Set<string>, b: Set<string>): number {
+  if (a.size === 0 || b.size === 0) return 0;
+  let n = 0;
+  for (const x of a) if (b.has(x)) n++;
+  return n / Math.min(a.size, b.size);
+}
+
+function sectionBlock(c: Pick<Candidate, 'title' | 'heading' | 'path' | 'page_id' | 'commit_sha'>, text: string): string {
+  const head = c.heading && c.heading !== c.title ? `${c.title} › ${c.heading}` : c.title;
+  return `## ${head}\nsource: ${c.path} (id ${c.page_id}, commit ${c.commit_sha})\n\n${text.trim()}\n`;
+}
+
+/**
+ * The context bundle: the sections that best answer an intent (hybrid ranking, within the
+ * caller's read ceiling, scope and archive rule), near-duplicates dropped, optionally followed
+ * by the pages they link to, packed greedily into `budget_tokens` counted with the real
+ * tokenizer. The markdown never exceeds the budget; each section carries its source.
+ */
+export async function buildBundle(ctx: CoreContext, p: Principal, opts: BundleOptions): Promise<Bundle> {
+  const intent = opts.intent.trim();
+  if (intent === '') throw badRequest('The intent is empty', 'invalid_intent');
+  if (!Number.isInteger(opts.budgetTokens) || opts.budgetTokens < BUNDLE_MIN_TOKENS || opts.budgetTokens > BUNDLE_MAX_TOKENS) {
+    throw badRequest(`budget_tokens must be an integer from ${BUNDLE_MIN_TOKENS} to ${BUNDLE_MAX_TOKENS}`);
+  }
+  if (!hasActionWithin(p, 'read', '*')) throw forbidden('No read grant');
+  const scope: Scope = { action: 'read', ...parseScope(opts.scope), includeArchived: opts.includeArchived };
+  const terms = queryTerms(intent);
+
+  const kw = await keywordList(ctx, p, scope, terms, DEPTH);
+  const vec = ((await vectorList(ctx, p, scope, intent, DEPTH)) ?? []).filter((c) => c.score >= VECTOR_FLOOR);
+  const key = (c: Candidate) => `${c.page_id}\u0000${c.ord}`;
+  const ranked = boostAndSort(fuse(kw, vec, key, vec[0]?.score ?? 0), terms, await halfLives(ctx, p.workspaceId));
+
+  const header = `# Context: ${intent.replace(/\s+/g, ' ').slice(0, 200)}\n`;
+  const parts: string[] = [header];
+  let used = tokenCount(header);
+  const budget = opts.budgetTokens;
+  const picked: BundleSection[] = [];
+  const seen: Set<string>[] = [];
+
+  const tryAdd = (c: Candidate, score: number, via: 'rank' | 'link'): void => {
+    const sh = shingles(c.text);
+    if (seen.some((s) => overlap(s, sh) >= NEAR_DUPLICATE)) return;
+    const sep = '\n';
+    let text = c.text;
+    let block = sectionBlock(c, text);
+    let cost = tokenCount(sep + block);
+    let truncated = false;
+    if (used + cost > budget) {
+      const frame = tokenCount(sep + sectionBlock(c, '')) + 4;
+      const room = budget - used - frame;
+      if (room < MIN_TRUNCATED) return;
+      text = `${truncateToTokens(c.text, room)}\n[…]`;
+      block = sectionBlock(c, text);
+      cost = tokenCount(sep + block);
+      truncated = true;
+      if (used + cost > budget) return;
+    }
+    parts.push(sep + block);
+    used += cost;
+    seen.push(sh);
+    picked.push({
+      id: c.page_id,
+      path: c.path,
+      title: c.title,
+      heading: c.heading,
+      commit_sha: c.commit_sha,
+      state: c.state,
+      tokens: cost,
+      score: Math.round(score * 1e6) / 1e6,
+      via,
+      truncated,
+      text: text.trim(),
+    });
+  };
+
+  for (const f of ranked) {
+    if (budget - used < MIN_TRUNCATED) break;
+    tryAdd(f.item, f.score, 'rank');
+  }
+  if (opts.includeLinks && budget - used >= MIN_TRUNCATED) {
+    for (const l of await linkedSections(ctx, p, scope, picked)) {
+      if (budget - used < MIN_TRUNCATED) break;
+      tryAdd(l.c, l.score, 'link');
+    }
+  }
+
+  // Token counts of parts can differ from the whole's by a merge at a seam: check the whole.
+  let markdown = parts.join('');
+  let total = tokenCount(markdown);
+  while (total > budget && picked.length > 0) {
+    picked.pop();
+    parts.pop();
+    markdown = parts.join('');
+    total = tokenCount(markdown);
+  }
+  return { intent, budget_tokens: budget, used_tokens: total, tokenizer: 'o200k_base', sections: picked, markdown };
+}
+
+function inScope(scope: Scope, r: { space: string; cluster_path: string }): boolean {
+  if (scope.space && r.space !== scope.space) return false;
+  if (!scope.cluster) return true;
+  const c = clusterPath(scope.space, scope.cluster);
+  return r.cluster_path === c || r.cluster_path.startsWith(`${c}/`);
+}
+
+/** The first visible section of each page the picked pages link to (links inside hidden blocks are not followed). */
+async function linkedSections(ctx: CoreContext, p: Principal, scope: Scope, picked: BundleSection[]): Promise<{ c: Candidate; score: number }[]> {
+  const sources = [...new Map(picked.filter((s) => s.via === 'rank').map((s) => [s.id, s.score])).entries()];
+  if (sources.length === 0) return [];
+  const db = ctx.store.db;
+  const links = await db
+    .selectFrom('page_links')
+    .innerJoin('pages as src', 'src.id', 'page_links.source_id')
+    .select(['page_links.source_id', 'page_links.target_id', 'page_links.block_level', 'src.path as source_path'])
+    .where('page_links.workspace_id', '=', p.workspaceId)
+    .where('page_links.source_id', 'in', sources.map(([id]) => id))
+    .where('page_links.target_id', 'is not', null)
+    .orderBy('page_links.source_id')
+    .orderBy('page_links.ord')
+    .execute();
+  const inBundle = new Set(picked.map((s) => s.id));
+  const scoreOf = new Map(sources);
+  const targets: { id: string; score: number }[] = [];
+  for (const l of links) {
+    // A link inside a block the caller cannot see does not exist for it.
+    if (l.block_level !== null && !visible(p, 'read', { path: l.source_path, sensitivity: 'public', block_level: l.block_level })) continue;
+    const id = l.target_id!;
+    if (inBundle.has(id) || targets.some((t) => t.id === id)) continue;
+    targets.push({ id, score: (scoreOf.get(l.source_id) ?? 0) / 2 });
+  }
+  if (targets.length === 0) return [];
+  const rows = await db
+    .selectFrom('page_sections as s')
+    .innerJoin('pages as p', 'p.id', 's.page_id')
+    .select(['s.page_id', 's.ord', 's.heading', 's.text', 's.block_level', 'p.path', 'p.title', 'p.space', 'p.cluster_path', 'p.tags', 'p.state', 'p.sensitivity', 'p.commit_sha', 'p.updated_at'])
+    .where('s.page_id', 'in', targets.map((t) => t.id))
+    .where('p.deleted_at', 'is', null)
+    .orderBy('s.page_id')
+    .orderBy('s.ord')
+    .execute();
+  const out: { c: Candidate; score: number }[] = [];
+  for (const t of targets.sort((a, b) => b.score - a.score)) {
+    const first = rows.find((r) => r.page_id === t.id && visible(p, 'read', r) && (scope.includeArchived || r.state === 'active') && inScope(scope, r));
+    if (first) out.push({ c: { ...first, score: t.score }, score: t.score });
+  }
+  return out;
+}
