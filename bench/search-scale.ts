@@ -379,11 +379,11 @@ export async function benchSearchScale(opts: { pages: number; queries: number; p
     const bundle = await findBundle();
     if (bundle) {
       const samples: number[] = [];
-      const bq = queries.slice(0, Math.min(200, queries.length));
-      for (const q of warm.slice(0, 10)) await bundle(h.ctx, h.principal, { intent: q, budget_tokens: 4000 });
+      const bq = queries.slice(0, Math.min(100, queries.length));
+      for (const q of warm.slice(0, 10)) await bundle(h.ctx, h.principal, { intent: q, budgetTokens: 4000 });
       for (const q of bq) {
         const t0 = performance.now();
-        await bundle(h.ctx, h.principal, { intent: q, budget_tokens: 4000 });
+        await bundle(h.ctx, h.principal, { intent: q, budgetTokens: 4000 });
         samples.push(performance.now() - t0);
       }
       out.bundle = { budget_tokens: 4000, ...lat(samples) };
