@@ -1,9 +1,9 @@
-import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
 import { pageBacklinks, relatedPages } from '../../retrieval/related.js';
-import { BUNDLE_DEFAULT_TOKENS, BUNDLE_MAX_TOKENS, BUNDLE_MIN_TOKENS, buildBundle, type Bundle } from '../../retrieval/bundle.js';
+import { BUNDLE_DEFAULT_TOKENS, BUNDLE_MAX_TOKENS, BUNDLE_MIN_TOKENS, buildBundle } from '../../retrieval/bundle.js';
 import { SEARCH_MODES, searchPages } from '../../retrieval/search.js';
 import { caller } from '../auth.js';
 import { errors, QueryBool } from '../schemas.js';
@@ -44,6 +44,8 @@ const BundleQuery = z.object({
   include_links: QueryBool.default(false),
   include_archived: QueryBool.default(false),
 });
+type BundleInput = z.infer<typeof BundleQuery>;
+
 const BundleResponse = z.object({
   intent: z.string(),
   budget_tokens: z.number(),
@@ -80,8 +82,16 @@ function wantsMarkdown(accept: string | undefined): boolean {
 export async function retrievalRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
   const r = app.withTypeProvider<ZodTypeProvider>();
 
-  const sendBundle = (b: Bundle, accept: string | undefined, reply: FastifyReply) => {
-    if (wantsMarkdown(accept)) return reply.type('text/markdown; charset=utf-8').serializer((x: unknown) => String(x)).send(b.markdown);
+  /** One handler for both forms: the parameters come from the body (POST) or the query (GET). */
+  const answerBundle = async (params: BundleInput, req: FastifyRequest, reply: FastifyReply) => {
+    const b = await buildBundle(ctx, caller(req), {
+      intent: params.intent,
+      budgetTokens: params.budget_tokens,
+      scope: params.scope,
+      includeLinks: params.include_links,
+      includeArchived: params.include_archived,
+    });
+    if (wantsMarkdown(req.headers.accept)) return reply.type('text/markdown; charset=utf-8').serializer((x: unknown) => String(x)).send(b.markdown);
     return b;
   };
 
@@ -95,17 +105,7 @@ export async function retrievalRoutes(app: FastifyInstance, ctx: CoreContext): P
         response: { 200: BundleResponse, ...errors(400, 401, 403, 429) },
       },
     },
-    async (req, reply) => {
-      const b = req.body;
-      const bundle = await buildBundle(ctx, caller(req), {
-        intent: b.intent,
-        budgetTokens: b.budget_tokens,
-        scope: b.scope,
-        includeLinks: b.include_links,
-        includeArchived: b.include_archived,
-      });
-      return sendBundle(bundle, req.headers.accept, reply);
-    },
+    async (req, reply) => answerBundle(req.body, req, reply),
   );
 
   r.get(
@@ -118,17 +118,7 @@ export async function retrievalRoutes(app: FastifyInstance, ctx: CoreContext): P
         response: { 200: BundleResponse, ...errors(400, 401, 403, 429) },
       },
     },
-    async (req, reply) => {
-      const q = req.query;
-      const bundle = await buildBundle(ctx, caller(req), {
-        intent: q.intent,
-        budgetTokens: q.budget_tokens,
-        scope: q.scope,
-        includeLinks: q.include_links,
-        includeArchived: q.include_archived,
-      });
-      return sendBundle(bundle, req.headers.accept, reply);
-    },
+    async (req, reply) => answerBundle(req.query, req, reply),
   );
 
   r.get(
