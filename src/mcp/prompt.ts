@@ -3,9 +3,10 @@ import { z } from 'zod';
 import type { CoreContext } from '../core/context.js';
 import { badRequest } from '../core/errors.js';
 import type { Principal } from '../policy/principal.js';
+import { BUNDLE_DEFAULT_TOKENS, BUNDLE_MAX_TOKENS, BUNDLE_MIN_TOKENS, buildBundle } from '../retrieval/bundle.js';
 import { asServiceError } from './results.js';
 
-export const PROMPT_BUDGET = { min: 200, max: 64000, default: 4000 } as const;
+export const PROMPT_BUDGET = { min: BUNDLE_MIN_TOKENS, max: BUNDLE_MAX_TOKENS, default: BUNDLE_DEFAULT_TOKENS } as const;
 
 /** Spec: prompt load_project_context(project, budget_tokens?). Prompt arguments are strings. */
 export const PROMPT = {
@@ -41,10 +42,24 @@ export function budgetOf(raw: string | undefined): number {
   return n;
 }
 
-export async function runPrompt(_ctx: CoreContext, _p: Principal, args: { project: string; budget_tokens?: string | undefined }): Promise<GetPromptResult> {
+/**
+ * One user message: the data notice, then the bundle of the project (a Space or
+ * space/folder, used as the bundle's scope) for an overview intent, within budget_tokens.
+ */
+export async function runPrompt(ctx: CoreContext, p: Principal, args: { project: string; budget_tokens?: string | undefined }): Promise<GetPromptResult> {
   try {
-    budgetOf(args.budget_tokens);
-    throw badRequest('load_project_context is not available yet', 'not_implemented');
+    const project = args.project.trim().replace(/^\/+|\/+$/g, '');
+    const bundle = await buildBundle(ctx, p, {
+      intent: `${project}: overview, goals, current state, decisions and open questions`,
+      budgetTokens: budgetOf(args.budget_tokens),
+      scope: project,
+      includeLinks: false,
+      includeArchived: false,
+    });
+    return {
+      description: `Context of ${project} (${bundle.used_tokens} of ${bundle.budget_tokens} tokens, ${bundle.sections.length} sections)`,
+      messages: [{ role: 'user', content: { type: 'text', text: `${DATA_NOTICE}\n\n<context project="${project.replace(/"/g, '')}">\n${bundle.markdown}\n</context>\n` } }],
+    };
   } catch (e) {
     throw promptError(e);
   }

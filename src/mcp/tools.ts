@@ -17,6 +17,7 @@ import { listSpaces, spaceTree } from '../core/spaces.js';
 import { MAX_BODY_CHARS, MAX_MENTIONS, postMessage, THREAD_KINDS } from '../core/threads.js';
 import { baseCeiling } from '../policy/access.js';
 import type { Action, Principal } from '../policy/principal.js';
+import { BUNDLE_DEFAULT_TOKENS, BUNDLE_MAX_TOKENS, BUNDLE_MIN_TOKENS, buildBundle } from '../retrieval/bundle.js';
 import { relatedPages } from '../retrieval/related.js';
 import { searchPages } from '../retrieval/search.js';
 
@@ -90,16 +91,16 @@ export const TOOLS: ToolDef[] = [
     description: 'Markdown bundle of the sections most relevant to an intent, ranked, deduplicated, within a token budget; one source line per section.',
     schema: z.strictObject({
       intent: z.string().min(1).max(4000),
-      budget_tokens: z.number().int().min(200).max(64000).default(4000),
+      budget_tokens: z.number().int().min(BUNDLE_MIN_TOKENS).max(BUNDLE_MAX_TOKENS).default(BUNDLE_DEFAULT_TOKENS),
       scope: Scope.optional(),
       include_links: z.boolean().default(false),
       include_archived: z.boolean().default(false),
     }),
     grants: ['read'],
     readOnly: true,
-    run: async () => {
-      throw badRequest('context_bundle is not available yet', 'not_implemented');
-    },
+    // The markdown alone: every section already carries its source line (path, id, commit).
+    run: async (a, { ctx, p }) =>
+      (await buildBundle(ctx, p, { intent: a.intent, budgetTokens: a.budget_tokens, scope: a.scope, includeLinks: a.include_links, includeArchived: a.include_archived })).markdown,
   },
   {
     name: 'context_search',

@@ -82,6 +82,13 @@ describe.each(testEngines())('MCP over HTTP (%s)', (engine) => {
       expectRpcError(await raw(s.url, '/mcp', { token: a.key, body: rpc('tools/list') }), 401, -32000, 'invalid_token');
     });
 
+    it('a web session is not an MCP credential', async () => {
+      const cookie = [...owner.cookies].map(([k, v]) => `${k}=${v}`).join('; ');
+      const r = await raw(s.url, '/mcp', { body: rpc('tools/list'), headers: { cookie, 'x-csrf-token': owner.csrf ?? '' } });
+      expectRpcError(r, 401, -32000, 'unauthorized');
+      expect(r.headers.get('www-authenticate')).toContain('resource_metadata=');
+    });
+
     it('a git token minted by a human is refused on MCP', async () => {
       const h = await signupHuman(s.url, 'Gus');
       expect((await h.client.post('/api/auth/stepup', { password: PASSWORD })).status).toBe(200);

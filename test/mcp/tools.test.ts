@@ -4,6 +4,7 @@ import { McpError } from '@modelcontextprotocol/sdk/types.js';
 import { encode } from 'gpt-tokenizer/encoding/o200k_base';
 import { testEngines } from '../support/engines.js';
 import { createAgentWithKey, signupHuman, startTestServer, type Client, type TestServer } from '../support/server.js';
+import { DATA_NOTICE } from '../../src/mcp/prompt.js';
 import { call, connectMcp, fails, ok } from './support.js';
 
 const READ_ONLY = ['context_bundle', 'context_search', 'context_get', 'context_tree', 'context_related', 'collab_inbox', 'context_whoami', 'search', 'fetch'];
@@ -285,6 +286,35 @@ describe.each(testEngines())('MCP tools (%s)', (engine) => {
       expect(f.metadata.redacted).toBe(true);
       expect((await ok(c, 'context_get', { id: res.body.id })).content).not.toContain('hidden words');
       await c.close();
+    });
+  });
+
+  describe('bundle', () => {
+    it('context_bundle returns budgeted markdown with a source per section; needs read', async () => {
+      const md = await ok(full, 'context_bundle', { intent: 'how to roll back a deploy', budget_tokens: 400, scope: 'eng/runbooks' });
+      expect(typeof md).toBe('string');
+      expect(md).toContain('source: eng/runbooks/deploy.md');
+      expect(md).toContain('Revert the release.');
+      expect(encode(md).length).toBeLessThanOrEqual(400);
+      await fails(full, 'context_bundle', { intent: 'x', budget_tokens: 199 }, 'invalid_request');
+      await fails(full, 'context_bundle', { intent: 'x', budget_tokens: 64001 }, 'invalid_request');
+      await fails(collabOnly, 'context_bundle', { intent: 'deploy' }, 'forbidden');
+    });
+
+    it('load_project_context: one user message, the bundle prefixed as data', async () => {
+      const r = await reader.getPrompt({ name: 'load_project_context', arguments: { project: 'eng', budget_tokens: '600' } });
+      expect(r.messages).toHaveLength(1);
+      const m = r.messages[0]!;
+      expect(m.role).toBe('user');
+      const text = (m.content as { type: string; text: string }).text;
+      expect(text.startsWith(DATA_NOTICE)).toBe(true);
+      expect(text).toContain('source: eng/');
+      expect(encode(text).length).toBeLessThan(600 + 100);
+      const dflt = await reader.getPrompt({ name: 'load_project_context', arguments: { project: 'eng' } });
+      expect((dflt.messages[0]!.content as { text: string }).text.startsWith(DATA_NOTICE)).toBe(true);
+      await expect(reader.getPrompt({ name: 'load_project_context', arguments: { project: 'eng', budget_tokens: '100' } })).rejects.toThrow(/invalid_request: budget_tokens/);
+      await expect(reader.getPrompt({ name: 'load_project_context', arguments: { project: 'eng', budget_tokens: 'lots' } })).rejects.toBeInstanceOf(McpError);
+      await expect(collabOnly.getPrompt({ name: 'load_project_context', arguments: { project: 'eng' } })).rejects.toThrow(/forbidden: /);
     });
   });
 
