@@ -1,0 +1,222 @@
+import { describe, expect, it } from 'vitest';
+import { selectTop, VectorMatrix } from '../../src/retrieval/vectors/matrix.js';
+
+/** A small deterministic PRNG. */
+function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function unitVector(rnd: () => number, dims: number): Float32Array {
+  const v = new Float32Array(dims);
+  let s = 0;
+  for (let i = 0; i < dims; i++) {
+    v[i] = rnd() * 2 - 1;
+    s += v[i]! * v[i]!;
+  }
+  const k = 1 / Math.sqrt(s);
+  for (let i = 0; i < dims; i++) v[i]! *= k;
+  return v;
+}
+
+interface Row {
+  pageId: string;
+  ord: number;
+  tag: number;
+  vec: Float32Array;
+}
+
+/** The plain JS reference: a map of pages to rows, scored by a dot product in f64. */
+class Reference {
+  readonly pages = new Map<string, Row[]>();
+  setPage(pageId: string, vectors: { ord: number; vec: Float32Array; tag: number }[]): void {
+    this.pages.delete(pageId);
+    if (vectors.length > 0) this.pages.set(pageId, vectors.map((v) => ({ pageId, ...v, vec: Float32Array.from(v.vec) })));
+  }
+  removePage(pageId: string): void {
+    this.pages.delete(pageId);
+  }
+  get rows(): number {
+    let n = 0;
+    for (const r of this.pages.values()) n += r.length;
+    return n;
+  }
+  scored(q: Float32Array): { pageId: string; ord: number; tag: number; score: number }[] {
+    const out: { pageId: string; ord: number; tag: number; score: number }[] = [];
+    for (const rows of this.pages.values()) {
+      for (const r of rows) {
+        let s = 0;
+        for (let i = 0; i < q.length; i++) s += q[i]! * r.vec[i]!;
+        out.push({ pageId: r.pageId, ord: r.ord, tag: r.tag, score: s });
+      }
+    }
+    return out.sort((a, b) => b.score - a.score);
+  }
+}
+
+const key = (h: { pageId: string; ord: number }) => `${h.pageId}#${h.ord}`;
+
+/**
+ * Checks the matrix's top k against the reference: same length, scores equal (to f32 rounding of
+ * the dot product), sorted best first, each row's page, ord and tag as set, and the same set of
+ * rows except where two scores are too close to order reliably at the cut.
+ */
+function expectSameTop(m: VectorMatrix, ref: Reference, q: Float32Array, k: number, scored = ref.scored(q)): void {
+  const got = m.top(q, k);
+  const want = scored.slice(0, Math.min(k, ref.rows));
+  expect(got).toHaveLength(want.length);
+  const eps = 1e-5;
+  const problems: string[] = [];
+  const all = new Map(scored.map((h) => [key(h), h]));
+  for (let i = 0; i < got.length; i++) {
+    const g = got[i]!;
+    if (Math.abs(g.score - want[i]!.score) >= eps) problems.push(`rank ${i}: score ${g.score} vs ${want[i]!.score}`);
+    if (i > 0 && g.score > got[i - 1]!.score) problems.push(`rank ${i}: not sorted`);
+    const r = all.get(key(g));
+    if (!r) problems.push(`rank ${i}: ${key(g)} is no row`);
+    else {
+      if (g.tag !== r.tag) problems.push(`${key(g)}: tag ${g.tag} vs ${r.tag}`);
+      if (Math.abs(g.score - r.score) >= eps) problems.push(`${key(g)}: score ${g.score} vs its own ${r.score}`);
+    }
+  }
+  if (new Set(got.map(key)).size !== got.length) problems.push('a row twice');
+  const cut = want[want.length - 1]?.score ?? 0;
+  const gotKeys = new Set(got.map(key));
+  for (const w of want) if (w.score > cut + eps && !gotKeys.has(key(w))) problems.push(`${key(w)} (score ${w.score}) missing`);
+  expect(problems, `k=${k}`).toEqual([]);
+}
+
+describe('VectorMatrix', () => {
+  for (const dims of [1, 3, 7, 8, 9, 16, 17, 31, 100, 384, 512, 1537]) {
+    it(`finds the same top k as a plain scan (${dims} dimensions), through sets, replaces and removes`, () => {
+      const rnd = prng(dims * 7919);
+      const m = new VectorMatrix(dims);
+      const ref = new Reference();
+      expect(m.dims).toBe(dims);
+      expect(m.rows).toBe(0);
+      expect(m.top(unitVector(rnd, dims), 5)).toEqual([]);
+
+      const pages = dims > 1000 ? 60 : 500; // 500 pages of 0-5 rows: past the first layout's 1024 rows
+      const set = (id: string) => {
+        const n = Math.floor(rnd() * 6); // 0 rows sometimes: a page without sections
+        const vecs = Array.from({ length: n }, (_, ord) => ({ ord, vec: unitVector(rnd, dims), tag: Math.floor(rnd() * 2 ** 32) }));
+        m.setPage(id, vecs);
+        ref.setPage(id, vecs);
+      };
+      // Enough rows to grow past the first layout (1024 rows) more than once.
+      for (let p = 0; p < pages; p++) set(`pg_${p}`);
+      const check = () => {
+        expect(m.rows).toBe(ref.rows);
+        expect(m.pages).toBe(ref.pages.size);
+        for (let i = 0; i < 5; i++) {
+          const q = unitVector(rnd, dims);
+          const scored = ref.scored(q);
+          for (const k of [1, 5, 10, 50, ref.rows, ref.rows + 10]) expectSameTop(m, ref, q, k, scored);
+        }
+      };
+      check();
+      // Replace a third of the pages (different row counts), remove another third, add new ones.
+      for (let p = 0; p < pages; p += 3) set(`pg_${p}`);
+      for (let p = 1; p < pages; p += 3) {
+        m.removePage(`pg_${p}`);
+        ref.removePage(`pg_${p}`);
+      }
+      m.removePage('pg_never'); // unknown: nothing happens
+      for (let p = pages; p < pages + 40; p++) set(`pg_${p}`);
+      check();
+      for (const id of ref.pages.keys()) expect(m.has(id)).toBe(true);
+      expect(m.has('pg_1')).toBe(false);
+      // Remove all but a few: what remains is found exactly.
+      for (const id of [...ref.pages.keys()].slice(3)) {
+        m.removePage(id);
+        ref.removePage(id);
+      }
+      check();
+      // A row's own vector is its best match (cosine 1).
+      const [first] = [...ref.pages.values()];
+      if (first) {
+        const top = m.top(first[0]!.vec, 1)[0]!;
+        if (dims > 1) expect(top.pageId).toBe(first[0]!.pageId); // with one dimension every vector is ±1: ties
+        expect(top.score).toBeCloseTo(1, 5);
+      }
+      for (const id of [...ref.pages.keys()]) {
+        m.removePage(id);
+        ref.removePage(id);
+      }
+      expect(m.rows).toBe(0);
+      expect(m.pages).toBe(0);
+      expect(m.top(unitVector(rnd, dims), 3)).toEqual([]);
+    });
+  }
+
+  it('pads dimensions that are not a multiple of 8 with zeros (old row contents never leak into a score)', () => {
+    const dims = 5;
+    const m = new VectorMatrix(dims);
+    const one = (i: number) => Float32Array.from({ length: dims }, (_, j) => (j === i ? 1 : 0));
+    m.setPage('a', [{ ord: 0, vec: one(0), tag: 1 }]);
+    m.setPage('b', [{ ord: 0, vec: one(4), tag: 2 }, { ord: 1, vec: one(2), tag: 3 }]);
+    m.setPage('c', [{ ord: 0, vec: one(1), tag: 4 }]);
+    m.removePage('a'); // c's row moves into a's slot
+    m.setPage('b', [{ ord: 0, vec: one(3), tag: 5 }]); // b shrinks and moves
+    const hits = m.top(one(3), 10);
+    expect(hits.map((h) => [h.pageId, h.ord, h.tag, h.score])).toEqual([
+      ['b', 0, 5, 1],
+      ['c', 0, 4, 0],
+    ]);
+    expect(m.top(one(1), 1)).toEqual([{ pageId: 'c', ord: 0, tag: 4, score: 1 }]);
+    expect(m.top(one(4), 2).every((h) => h.score === 0)).toBe(true);
+  });
+
+  it('refuses vectors of the wrong size and bad dimensions; k <= 0 is empty', () => {
+    expect(() => new VectorMatrix(0)).toThrow();
+    expect(() => new VectorMatrix(-3)).toThrow();
+    expect(() => new VectorMatrix(2.5)).toThrow();
+    const m = new VectorMatrix(4);
+    expect(() => m.setPage('x', [{ ord: 0, vec: new Float32Array(3), tag: 0 }])).toThrow(/dimensions/);
+    m.setPage('y', [{ ord: 0, vec: Float32Array.from([1, 0, 0, 0]), tag: 0 }]);
+    expect(() => m.top(new Float32Array(5), 1)).toThrow(/dimensions/);
+    expect(m.top(Float32Array.from([1, 0, 0, 0]), 0)).toEqual([]);
+    expect(m.top(Float32Array.from([1, 0, 0, 0]), -1)).toEqual([]);
+  });
+
+  it('holds many rows (memory grows, rows stay packed) and still matches the reference', () => {
+    const dims = 24;
+    const rnd = prng(42);
+    const m = new VectorMatrix(dims);
+    const ref = new Reference();
+    for (let p = 0; p < 3000; p++) {
+      const vecs = [0, 1].map((ord) => ({ ord, vec: unitVector(rnd, dims), tag: p * 2 + ord }));
+      m.setPage(`p${p}`, vecs);
+      ref.setPage(`p${p}`, vecs);
+    }
+    const before = m.bytes;
+    expect(before).toBeGreaterThan(6000 * dims * 4);
+    for (let p = 0; p < 3000; p += 2) {
+      m.removePage(`p${p}`);
+      ref.removePage(`p${p}`);
+    }
+    expect(m.rows).toBe(3000);
+    for (let i = 0; i < 10; i++) expectSameTop(m, ref, unitVector(rnd, dims), 25);
+  });
+});
+
+describe('selectTop', () => {
+  it('returns the indices of the k largest, best first, ties by index', () => {
+    const rnd = prng(7);
+    for (const n of [1, 2, 10, 100, 1000]) {
+      const s = Float32Array.from({ length: n }, () => Math.round(rnd() * 20) / 20);
+      const want = [...s.keys()].sort((a, b) => s[b]! - s[a]! || a - b);
+      for (const k of [1, 3, n]) {
+        const got = selectTop(s, k);
+        expect(got.map((i) => s[i])).toEqual(want.slice(0, k).map((i) => s[i]));
+        expect(new Set(got).size).toBe(got.length);
+      }
+    }
+  });
+});
