@@ -7,19 +7,21 @@ import type { Candidate } from './candidates.js';
  * GATE_LOW cosine, full weight from GATE_HIGH, and full weight when keyword found nothing
  * (typos, words the pages do not use). Constants measured on bench/eval (docs/decisions.md).
  */
-export const RRF_K = 10;
+export const RRF_K = 5;
 /** Sections less similar than this are no answer at all (random pairs of builtin vectors sit near 0 ± 0.05). */
 export const VECTOR_FLOOR = 0.12;
-export const GATE_LOW = 0.2;
-export const GATE_HIGH = 0.45;
-export const VECTOR_MAX_WEIGHT = 0.8;
+export const GATE_LOW = 0.1;
+export const GATE_HIGH = 0.3;
+export const VECTOR_MAX_WEIGHT = 0.75;
+/** The vector list's weight when keyword search found nothing, or only sections with some of the words. */
+export const PARTIAL_WEIGHT = 0.75;
 export const TITLE_BOOST = 1.2;
 /** With a folder half-life, a page's score is multiplied by FRESH_FLOOR + (1 − FRESH_FLOOR) · 0.5^(age / half-life). */
 export const FRESH_FLOOR = 0.7;
 
 /** The vector list's weight from its best cosine. */
-export function vectorWeight(topCosine: number, keywordEmpty: boolean): number {
-  if (keywordEmpty) return 1;
+export function vectorWeight(topCosine: number, keywordWeak: boolean): number {
+  if (keywordWeak) return PARTIAL_WEIGHT;
   if (topCosine <= GATE_LOW) return 0;
   return VECTOR_MAX_WEIGHT * Math.min(1, (topCosine - GATE_LOW) / (GATE_HIGH - GATE_LOW));
 }
@@ -32,8 +34,8 @@ export interface Fused<T> {
 }
 
 /** Fuses two ranked lists of items identified by `key` (best first each). */
-export function fuse<T>(keyword: T[], vector: T[], key: (t: T) => string, vectorTop: number): Fused<T>[] {
-  const w = vectorWeight(vectorTop, keyword.length === 0);
+export function fuse<T>(keyword: T[], vector: T[], key: (t: T) => string, vectorTop: number, keywordPartial = false): Fused<T>[] {
+  const w = vectorWeight(vectorTop, keyword.length === 0 || keywordPartial);
   const out = new Map<string, Fused<T>>();
   keyword.forEach((item, i) => out.set(key(item), { item, score: 1 / (RRF_K + i + 1), keywordRank: i + 1, vectorRank: null }));
   if (w > 0) {

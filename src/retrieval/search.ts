@@ -74,11 +74,14 @@ function byPage(list: Candidate[]): Candidate[] {
   return list.filter((c) => !seen.has(c.page_id) && seen.add(c.page_id));
 }
 
-/** Keyword sections: every term in one section is the precise answer; when nothing has them all, any term. */
-export async function keywordList(ctx: CoreContext, p: Principal, scope: Scope, terms: string[], limit = CANDIDATES): Promise<Candidate[]> {
-  let list = await keywordCandidates(ctx, p, scope, terms, 'AND', limit);
-  if (list.length === 0 && terms.length > 1) list = await keywordCandidates(ctx, p, scope, terms, 'OR', limit);
-  return list;
+/**
+ * Keyword sections: every term in one section is the precise answer; when nothing has them all,
+ * any term (`partial`: the keyword list is then a weak one, e.g. a misspelt word).
+ */
+export async function keywordList(ctx: CoreContext, p: Principal, scope: Scope, terms: string[], limit = CANDIDATES): Promise<Candidate[] & { partial?: boolean }> {
+  const list = await keywordCandidates(ctx, p, scope, terms, 'AND', limit);
+  if (list.length > 0 || terms.length <= 1) return list;
+  return Object.assign(await keywordCandidates(ctx, p, scope, terms, 'OR', limit), { partial: true });
 }
 
 /** Vector sections, or null when the provider cannot embed the query now. */
@@ -124,7 +127,8 @@ export async function searchPages(ctx: CoreContext, p: Principal, opts: SearchOp
   const terms = queryTerms(opts.q);
   const out: SearchResult = { mode: opts.mode, mode_used: opts.mode, results: [] };
 
-  const kw = opts.mode === 'vector' ? [] : byPage(await keywordList(ctx, p, scope, terms));
+  const kwSections = opts.mode === 'vector' ? [] : await keywordList(ctx, p, scope, terms);
+  const kw = byPage(kwSections);
   let vec: Candidate[] = [];
   if (opts.mode !== 'fts') {
     const list = await vectorList(ctx, p, scope, opts.q);
@@ -139,7 +143,7 @@ export async function searchPages(ctx: CoreContext, p: Principal, opts: SearchOp
   if (opts.mode === 'fts') ranked = kw.map((c) => ({ c, score: c.score, fromKeyword: true }));
   else if (opts.mode === 'vector') ranked = vec.map((c) => ({ c, score: c.score, fromKeyword: false }));
   else {
-    const fused = fuse(kw, vec, (c) => c.page_id, vec[0]?.score ?? 0);
+    const fused = fuse(kw, vec, (c) => c.page_id, vec[0]?.score ?? 0, kwSections.partial === true);
     const sorted = boostAndSort(fused, terms, await halfLives(ctx, p.workspaceId));
     ranked = sorted.map((f) => ({ c: f.item, score: f.score, fromKeyword: f.keywordRank !== null }));
   }
