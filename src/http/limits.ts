@@ -21,6 +21,13 @@ import { clientKey } from './client-ip.js';
  * count / window, so "5 per minute" means 5 at once, then one every 12 s.
  */
 
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Spends one token of a per-principal bucket for this request's caller; throws 429 `rate_limited` when empty. */
+    spendLimit(id: 'bundle'): Promise<void>;
+  }
+}
+
 interface Rule {
   id: string;
   /** Bucket size. */
@@ -119,6 +126,7 @@ export function registerRateLimits(app: FastifyInstance, ctx: Pick<CoreContext, 
   const limits = ctx.config.rateLimits;
   if (!limits.enabled) {
     log.warn(OFF_WARNING);
+    app.decorateRequest('spendLimit', async () => {});
     return;
   }
   const rules = limitRules(limits);
@@ -159,6 +167,12 @@ export function registerRateLimits(app: FastifyInstance, ctx: Pick<CoreContext, 
       }
     }
   }
+
+  // Work that only the body names (MCP's context_bundle) spends its bucket once it is known.
+  app.decorateRequest('spendLimit', async function (this: FastifyRequest, id: 'bundle') {
+    const reply = { getHeader: () => undefined, header: () => reply } as unknown as FastifyReply;
+    await apply(this, reply, 'principal', [rules[id]]);
+  });
 
   app.addHook('onRequest', async (req, reply) => {
     const list = ipRulesFor(rules, methodOf(req), matchPath(req));

@@ -107,7 +107,7 @@ export async function mcpRoutes(app: FastifyInstance, ctx: CoreContext): Promise
         // Headers already set (rate-limit counters) go out with the transport's answer.
         for (const [k, v] of Object.entries(reply.getHeaders())) if (v !== undefined) raw.setHeader(k, v as string | number | string[]);
         reply.hijack();
-        const call: McpCallContext = { principal: req.principal!, signal: ac.signal };
+        const call: McpCallContext = { principal: req.principal!, signal: ac.signal, spendBundle: () => req.spendLimit('bundle') };
         const auth: AuthInfo = { token: '', clientId: call.principal.id, scopes: [], extra: { mcp: call } };
         await transport.handleRequest(Object.assign(req.raw, { auth }), raw, message);
       } catch (err) {

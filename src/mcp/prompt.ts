@@ -2,6 +2,7 @@ import { ErrorCode, McpError, type GetPromptResult } from '@modelcontextprotocol
 import { z } from 'zod';
 import type { CoreContext } from '../core/context.js';
 import { badRequest } from '../core/errors.js';
+import type { McpCallContext } from './server.js';
 import type { Principal } from '../policy/principal.js';
 import { BUNDLE_DEFAULT_TOKENS, BUNDLE_MAX_TOKENS, BUNDLE_MIN_TOKENS, buildBundle } from '../retrieval/bundle.js';
 import { asServiceError } from './results.js';
@@ -46,8 +47,10 @@ export function budgetOf(raw: string | undefined): number {
  * One user message: the data notice, then the bundle of the project (a Space or
  * space/folder, used as the bundle's scope) for an overview intent, within budget_tokens.
  */
-export async function runPrompt(ctx: CoreContext, p: Principal, args: { project: string; budget_tokens?: string | undefined }): Promise<GetPromptResult> {
+export async function runPrompt(ctx: CoreContext, call: Pick<McpCallContext, 'principal' | 'spendBundle'>, args: { project: string; budget_tokens?: string | undefined }): Promise<GetPromptResult> {
+  const p = call.principal;
   try {
+    await call.spendBundle();
     const project = args.project.trim().replace(/^\/+|\/+$/g, '');
     const bundle = await buildBundle(ctx, p, {
       intent: `${project}: overview, goals, current state, decisions and open questions`,

@@ -31,6 +31,8 @@ export const SERVER_INFO = { name: 'service-connect', version: VERSION } as cons
 /** What the HTTP face hands every handler of one request (through the transport's authInfo). */
 export interface McpCallContext {
   principal: Principal;
+  /** Spends the caller's bundle bucket (30 per minute), as GET/POST /api/v1/bundle do. */
+  spendBundle: () => Promise<void>;
   /** Aborted when the client goes away or the server closes (ends inbox long-polls). */
   signal: AbortSignal;
 }
@@ -87,12 +89,12 @@ async function callTool(ctx: CoreContext, shared: McpShared, log: FastifyBaseLog
   const tool = shared.tools.get(name);
   // Unknown tool: a protocol error (JSON-RPC -32602), as the MCP specification says.
   if (!tool) throw new McpError(ErrorCode.InvalidParams, `Unknown tool: ${name}`);
-  const { principal: p, signal } = callContext(extra);
+  const { principal: p, signal, spendBundle } = callContext(extra);
   try {
     const parsed = tool.schema.safeParse(args ?? {});
     if (!parsed.success) throw badRequest(`Invalid arguments for ${name}: ${argumentError(parsed.error)}`);
     enforce(decideToolGrant(p, tool.grants));
-    return toolResult(await tool.run(parsed.data, { ctx, p, get signal() { return anySignal(signal, extra.signal); } }));
+    return toolResult(await tool.run(parsed.data, { ctx, p, spendBundle, get signal() { return anySignal(signal, extra.signal); } }));
   } catch (e) {
     const { error, unexpected } = asServiceError(e);
     if (unexpected) log.error({ err: e, tool: name }, 'MCP tool failed');
@@ -135,7 +137,7 @@ export function buildServer(ctx: CoreContext, shared: McpShared, log: FastifyBas
   );
 
   mcp.registerPrompt(PROMPT.name, { description: PROMPT.description, argsSchema: PROMPT.args }, async (args, extra) =>
-    runPrompt(ctx, callContext(extra).principal, args),
+    runPrompt(ctx, callContext(extra), args),
   );
   return mcp;
 }

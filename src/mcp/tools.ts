@@ -33,6 +33,8 @@ export interface ToolCall {
   p: Principal;
   /** Ends long-polls when the client goes away or the server closes. */
   signal: AbortSignal | undefined;
+  /** Spends the caller's bundle bucket; throws 429 `rate_limited` when it is empty. */
+  spendBundle: () => Promise<void>;
 }
 
 export interface ToolDef {
@@ -99,8 +101,10 @@ export const TOOLS: ToolDef[] = [
     grants: ['read'],
     readOnly: true,
     // The markdown alone: every section already carries its source line (path, id, commit).
-    run: async (a, { ctx, p }) =>
-      (await buildBundle(ctx, p, { intent: a.intent, budgetTokens: a.budget_tokens, scope: a.scope, includeLinks: a.include_links, includeArchived: a.include_archived })).markdown,
+    run: async (a, { ctx, p, spendBundle }) => {
+      await spendBundle();
+      return (await buildBundle(ctx, p, { intent: a.intent, budgetTokens: a.budget_tokens, scope: a.scope, includeLinks: a.include_links, includeArchived: a.include_archived })).markdown;
+    },
   },
   {
     name: 'context_search',

@@ -198,6 +198,30 @@ describe.each(testEngines())('MCP over HTTP (%s)', (engine) => {
     });
   });
 
+  it('context_bundle and the prompt spend the bundle bucket shared with /api/v1/bundle', async () => {
+    const limited = await startTestServer(engine, { RATE_LIMITS: 'on', RATE_LIMIT_BUNDLE_PER_MIN: '3' });
+    try {
+      const h = await signupHuman(limited.url, 'Bea');
+      const a = await createAgentWithKey(h.client, [{ action: 'read' }, { action: 'write' }]);
+      const c = await connectMcp(limited.url, a.key);
+      await ok(c, 'context_write', { path: 'eng/b.md', content: '# Bundled\n\nBundle bucket words.\n' });
+      expect(await ok(c, 'context_bundle', { intent: 'bundle bucket' })).toContain('Bundled');
+      expect((await a.client.get('/api/v1/bundle?intent=bundle')).status).toBe(200);
+      await c.getPrompt({ name: 'load_project_context', arguments: { project: 'eng' } });
+      // The fourth bundle within the minute, whichever face asks: refused.
+      const r = await call(c, 'context_bundle', { intent: 'bundle bucket' });
+      expect(r.isError).toBe(true);
+      expect(r.text).toMatch(/^rate_limited: /);
+      await expect(c.getPrompt({ name: 'load_project_context', arguments: { project: 'eng' } })).rejects.toThrow(/rate_limited/);
+      expect((await a.client.get('/api/v1/bundle?intent=bundle')).status).toBe(429);
+      // Other tools are not in that bucket.
+      expect((await call(c, 'context_tree', {})).isError).toBe(false);
+      await c.close();
+    } finally {
+      await limited.stop();
+    }
+  });
+
   it('a tool call over /w/:slug/mcp works end to end with the SDK client', async () => {
     const c = await connectMcp(s.url, key, `/w/${slug}/mcp`);
     const w = await ok(c, 'context_write', { path: 'eng/pinned.md', content: '# Pinned\n' });
