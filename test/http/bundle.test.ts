@@ -165,6 +165,29 @@ describe.each(testEngines())('context bundle (%s)', (engine) => {
     expect(big.used_tokens).toBeGreaterThan(16000);
   });
 
+  it('cuts a section to fit without ever breaking a character, in this bundle or the next one', async () => {
+    // One long line of four-byte characters: a cut by tokens lands inside a character at some budgets.
+    const a = await create('cut/unicorn.md', `# Unicorn stable\n\n${'🦄🐉 '.repeat(1500)}\n`);
+    const b = await create('cut/dragon.md', `# Dragon lair\n\n${'灯台の🐉保守 '.repeat(1500)}\n`);
+    await waitForVectors(owner);
+    const bodies = new Map([
+      [a.id, (await owner.get(`/api/v1/nodes/${a.id}`)).body.content as string],
+      [b.id, (await owner.get(`/api/v1/nodes/${b.id}`)).body.content as string],
+    ]);
+    for (let budget = 300; budget < 330; budget++) {
+      for (const intent of ['unicorn stable', 'dragon lair']) {
+        const r = await bundle(owner, { intent, budget_tokens: budget, scope: 'cut' });
+        expect(r.used_tokens).toBeLessThanOrEqual(budget);
+        expect(r.sections.length, `${intent} ${budget}`).toBeGreaterThan(0);
+        for (const sec of r.sections) {
+          const own = sec.truncated ? sec.text.slice(0, -'\n[…]'.length) : sec.text;
+          expect(own, `${intent} ${budget}: ${sec.path}`).not.toContain('\uFFFD');
+          expect(bodies.get(sec.id)!.includes(own), `${intent} ${budget}: ${sec.path} ${JSON.stringify(own.slice(0, 40))}`).toBe(true);
+        }
+      }
+    }
+  });
+
   it('gives every section its source: path, id and the page’s current commit, and a source line in the markdown', async () => {
     const a = await create('src/one/kestrel.md', '# Kestrel notes\n\nThe kestrel hovers over the field.\n\n## Feeding\n\nA kestrel eats voles.\n');
     const b = await create('src/two/kestrel-b.md', '# Other kestrel\n\nAnother kestrel page.\n');
