@@ -6,6 +6,9 @@ import { atOrBelow, isLevel, LEVELS, rank, type Level } from '../policy/sensitiv
 import { hashTag, sectionEmbedText, textHash } from './embed-text.js';
 import { fts5Match, pgTsQuery } from './keyword.js';
 
+/** Keyword matches ranked by the index alone before joins and filters (SQLite). */
+const FTS_PREFILTER = 2000;
+
 /** Nearest rows looked up at most per vector query before filters give up. */
 export const VECTOR_SCAN_CAP = 12_800;
 
@@ -74,7 +77,7 @@ export function clusterPath(space: string | undefined, cluster: string): string 
 /** SQL conditions over `s` (page_sections) and `p` (pages) for the scope and the caller's widest ceiling. */
 function where(p: Principal, scope: Scope, allowed: Level[]): RawBuilder<unknown> {
   const filters: RawBuilder<unknown>[] = [
-    sql`s.workspace_id = ${p.workspaceId}`,
+    sql`p.workspace_id = ${p.workspaceId}`,
     sql`p.deleted_at is null`,
     sql`p.sensitivity in (${sql.join(allowed)})`,
     sql`(s.block_level is null or s.block_level in (${sql.join(allowed)}))`,
@@ -119,16 +122,33 @@ export async function keywordCandidates(ctx: CoreContext, p: Principal, scope: S
     ).rows;
   } else {
     // bm25 weights: title 10, heading 4, text 1; lower is better, so the score is its negation.
+    // First the best FTS_PREFILTER matches from the index alone, then the joins and filters on
+    // those: a common word matches tens of thousands of sections, and joining them all before
+    // the sort was most of a slow query. When the filters leave too few, the full query runs.
+    const match = fts5Match(terms, op);
     rows = (
       await sql<Candidate>`
-      select ${COLS}, -bm25(page_sections_fts, 10.0, 4.0, 1.0) as score
-      from page_sections_fts
-      join page_sections s on s.id = page_sections_fts.rowid
-      join pages p on p.id = s.page_id
-      where page_sections_fts match ${fts5Match(terms, op)} and ${w}
-      order by bm25(page_sections_fts, 10.0, 4.0, 1.0), s.id
+      with hits as (
+        select rowid as rid, bm25(page_sections_fts, 10.0, 4.0, 1.0) as b from page_sections_fts
+        where page_sections_fts match ${match} order by b limit ${FTS_PREFILTER})
+      select ${COLS}, -hits.b as score
+      from hits cross join page_sections s cross join pages p
+      where s.id = hits.rid and p.id = s.page_id and ${w}
+      order by hits.b, s.id
       limit ${limit}`.execute(db)
     ).rows;
+    if (rows.length < limit) {
+      rows = (
+        await sql<Candidate>`
+        select ${COLS}, -bm25(page_sections_fts, 10.0, 4.0, 1.0) as score
+        from page_sections_fts
+        join page_sections s on s.id = page_sections_fts.rowid
+        join pages p on p.id = s.page_id
+        where page_sections_fts match ${match} and ${w}
+        order by bm25(page_sections_fts, 10.0, 4.0, 1.0), s.id
+        limit ${limit}`.execute(db)
+      ).rows;
+    }
   }
   return rows.filter((c) => visible(p, scope.action, c)).map((c) => ({ ...c, score: Number(c.score) }));
 }
@@ -145,7 +165,7 @@ export async function vectorCandidates(ctx: CoreContext, p: Principal, scope: Sc
   if (!m || m.dims !== query.length) return [];
   const w = where(p, scope, allowed);
   const out: Candidate[] = [];
-  let k = Math.max(limit * 4, 200);
+  let k = Math.max(limit * 2, 100);
   let seen = 0;
   for (;;) {
     const hits = m.top(query, Math.min(k, m.rows));
@@ -156,8 +176,8 @@ export async function vectorCandidates(ctx: CoreContext, p: Principal, scope: Sc
       const keys = part.map((h) => sql`(cast(${h.pageId} as text), cast(${h.ord} as integer))`);
       const rows = (
         await sql<Omit<Candidate, 'score'>>`
-        select ${COLS} from page_sections s join pages p on p.id = s.page_id
-        where (s.page_id, s.ord) in (values ${sql.join(keys)}) and ${w}`.execute(ctx.store.db)
+        select ${COLS} from page_sections s cross join pages p
+        where (s.page_id, s.ord) in (values ${sql.join(keys)}) and p.id = s.page_id and ${w}`.execute(ctx.store.db)
       ).rows;
       const byKey = new Map(rows.map((r) => [`${r.page_id}\u0000${r.ord}`, r]));
       for (const h of part) {

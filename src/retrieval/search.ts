@@ -42,8 +42,8 @@ export interface SearchResult {
   results: SearchHit[];
 }
 
-/** Sections looked at per list before grouping by page. */
-const CANDIDATES = 400;
+/** Sections looked at per list before grouping by page (results are at most 50 pages). */
+const CANDIDATES = 200;
 const SNIPPET_CHARS = 240;
 
 function escapeRegExp(s: string): string {

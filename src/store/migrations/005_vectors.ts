@@ -33,7 +33,8 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
     .addColumn('vec', pg ? 'bytea' : 'blob', (c) => c.notNull())
     .addPrimaryKeyConstraint('section_vectors_pk', ['page_id', 'ord'])
     .execute();
-  await db.schema.createIndex('section_vectors_ws').on('section_vectors').columns(['workspace_id', 'model']).execute();
+  // Serves the matrix load: one workspace's vectors of one model, in page order, without a sort.
+  await db.schema.createIndex('section_vectors_ws').on('section_vectors').columns(['workspace_id', 'model', 'page_id', 'ord']).execute();
 
   // Appended whenever a page's vectors change; nodes replay it to refresh their matrices.
   if (pg) {
