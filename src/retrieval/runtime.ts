@@ -50,12 +50,27 @@ export class RetrievalRuntime {
     this.worker = new EmbedWorker(store, this.provider, this.key, () => undefined);
   }
 
-  start(): Promise<void> {
-    return this.worker.start();
+  private stopped = false;
+  private warming: Promise<void> | undefined;
+
+  /** Starts the worker, and loads every workspace's matrix in the background so no query waits for it. */
+  async start(): Promise<void> {
+    await this.worker.start();
+    this.warming = this.warm().catch(() => undefined);
   }
 
-  stop(): Promise<void> {
-    return this.worker.stop();
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await this.worker.stop();
+    await this.warming;
+  }
+
+  private async warm(): Promise<void> {
+    const rows = await this.store.db.selectFrom('section_vectors').select('workspace_id').distinct().where('model', '=', this.key).execute();
+    for (const { workspace_id } of rows) {
+      if (this.stopped) return;
+      await this.matrix(workspace_id);
+    }
   }
 
   /** Embeds a search query (cached: agents repeat themselves). Throws EmbeddingUnavailableError on an outage. */
