@@ -9,7 +9,7 @@
 import { encode } from 'gpt-tokenizer/encoding/o200k_base';
 import { createAgentWithKey, signupHuman } from '../test/support/server.js';
 import { typicalPage } from './content.js';
-import { cleanupAllSync, installCleanupHandlers, load, log, makeTempDir, removeTempDir, round, SERVICE_ENV, startChild, type ChildServer } from './util.js';
+import { installCleanupHandlers, load, log, makeTempDir, removeTempDir, round, SERVICE_ENV, startChild, type ChildServer, runStandalone } from './util.js';
 
 const ACCEPT = 'application/json, text/event-stream';
 
@@ -103,16 +103,5 @@ export async function benchMcp(opts: { durationS: number; warmupS: number; conne
 if (process.argv[1] && import.meta.url === new URL(`file://${process.argv[1]}`).href) {
   installCleanupHandlers();
   const quick = process.argv.includes('--quick');
-  benchMcp(quick ? { durationS: 3, warmupS: 1, connections: 8 } : { durationS: 10, warmupS: 2, connections: 8 }).then(
-    (r) => {
-      process.stdout.write(`${JSON.stringify({ mcp: r }, null, 2)}\n`);
-      cleanupAllSync();
-      process.exit(0);
-    },
-    (err: unknown) => {
-      log(`FAILED: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
-      cleanupAllSync();
-      process.exit(1);
-    },
-  );
+  runStandalone(async () => ({ mcp: await benchMcp(quick ? { durationS: 3, warmupS: 1, connections: 8 } : { durationS: 10, warmupS: 2, connections: 8 }) }));
 }

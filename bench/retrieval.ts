@@ -19,7 +19,7 @@ import { createPage } from '../src/core/pages/write.js';
 import { searchPages } from '../src/retrieval/search.js';
 import { CACHE_DIR, loadCorpus } from './eval/build-corpus.js';
 import { drainEmbeddings, openHarness, runtimeOf } from './eval/harness.js';
-import { cleanupAllSync, installCleanupHandlers, loadAverage, log, percentile, round } from './util.js';
+import { installCleanupHandlers, loadAverage, log, percentile, round, runStandalone } from './util.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 export const QUERIES_FILE = path.join(HERE, 'eval', 'queries.json');
@@ -231,16 +231,5 @@ if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.me
   const args = process.argv.slice(2);
   const pgArg = args.find((a) => a === '--pg' || a.startsWith('--pg='));
   const pgAdminUrl = pgArg ? (pgArg.includes('=') ? pgArg.slice(5) : 'postgres://postgres@127.0.0.1:5432/test') : undefined;
-  benchRetrievalQuality({ details: args.includes('--details'), pgAdminUrl }).then(
-    (out) => {
-      process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
-      cleanupAllSync();
-      process.exit(0);
-    },
-    (err: unknown) => {
-      log(`FAILED: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
-      cleanupAllSync();
-      process.exit(1);
-    },
-  );
+  runStandalone(() => benchRetrievalQuality({ details: args.includes('--details'), pgAdminUrl }));
 }

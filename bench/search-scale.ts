@@ -36,7 +36,7 @@ import { inTransaction } from '../src/store/tx.js';
 import { rng } from './content.js';
 import { CORPUS_FILE, type Corpus } from './eval/build-corpus.js';
 import { openHarness, runtimeOf } from './eval/harness.js';
-import { cleanupAllSync, installCleanupHandlers, loadAverage, log, percentile, round } from './util.js';
+import { installCleanupHandlers, loadAverage, log, percentile, round, runStandalone } from './util.js';
 
 const MODES = ['fts', 'vector', 'hybrid'] as const;
 const TX_PAGES = 1000;
@@ -407,16 +407,8 @@ if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.me
   const pgArg = args.find((a) => a === '--pg' || a.startsWith('--pg='));
   const pgAdminUrl = pgArg ? (pgArg.includes('=') ? pgArg.slice(5) : 'postgres://postgres@127.0.0.1:5432/test') : undefined;
   const t0 = performance.now();
-  benchSearchScale({ pages: num('pages', 10_000), queries: num('queries', 300), pgAdminUrl, vectors: !args.includes('--no-vectors') }).then(
-    (out) => {
-      process.stdout.write(`${JSON.stringify({ ...out, total_duration_s: round((performance.now() - t0) / 1000, 1) }, null, 2)}\n`);
-      cleanupAllSync();
-      process.exit(0);
-    },
-    (err: unknown) => {
-      log(`FAILED: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
-      cleanupAllSync();
-      process.exit(1);
-    },
-  );
+  runStandalone(async () => ({
+    ...(await benchSearchScale({ pages: num('pages', 10_000), queries: num('queries', 300), pgAdminUrl, vectors: !args.includes('--no-vectors') })),
+    total_duration_s: round((performance.now() - t0) / 1000, 1),
+  }));
 }

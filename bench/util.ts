@@ -359,3 +359,19 @@ export function fsyncProbe(dir: string, count = 100): { fsync_4k_p50_ms: number;
 export function loadAverage(): number {
   return round(os.loadavg()[0] ?? 0, 2);
 }
+
+/** Runs a benchmark as a script: prints its JSON, removes temp dirs and exits 0, or 1 with the error. */
+export function runStandalone(run: () => Promise<unknown>): void {
+  run().then(
+    (out) => {
+      process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
+      cleanupAllSync();
+      process.exit(0);
+    },
+    (err: unknown) => {
+      log(`FAILED: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+      cleanupAllSync();
+      process.exit(1);
+    },
+  );
+}
