@@ -3,7 +3,7 @@ import type { CoreContext } from '../core/context.js';
 import { ceilingFor } from '../policy/access.js';
 import type { Action, Principal } from '../policy/principal.js';
 import { atOrBelow, isLevel, LEVELS, rank, type Level } from '../policy/sensitivity.js';
-import { hashTag, sectionEmbedText, textHash } from './embed-text.js';
+import { hashTag, textHash, windowEmbedText } from './embed-text.js';
 import { fts5Match, pgTsQuery } from './keyword.js';
 
 /** Keyword matches ranked by the index alone before joins and filters (SQLite). */
@@ -173,17 +173,23 @@ export async function vectorCandidates(ctx: CoreContext, p: Principal, scope: Sc
     seen = hits.length;
     for (let i = 0; i < batch.length; i += 400) {
       const part = batch.slice(i, i + 400);
-      const keys = part.map((h) => sql`(cast(${h.pageId} as text), cast(${h.ord} as integer))`);
+      const pages = [...new Set(part.map((h) => h.pageId))];
       const rows = (
         await sql<Omit<Candidate, 'score'>>`
         select ${COLS} from page_sections s cross join pages p
-        where (s.page_id, s.ord) in (values ${sql.join(keys)}) and p.id = s.page_id and ${w}`.execute(ctx.store.db)
+        where s.page_id in (${sql.join(pages)}) and p.id = s.page_id and ${w}
+        order by s.page_id, s.ord`.execute(ctx.store.db)
       ).rows;
-      const byKey = new Map(rows.map((r) => [`${r.page_id}\u0000${r.ord}`, r]));
+      const byPage = new Map<string, Omit<Candidate, 'score'>[]>();
+      for (const r of rows) byPage.set(r.page_id, [...(byPage.get(r.page_id) ?? []), r]);
       for (const h of part) {
-        const r = byKey.get(`${h.pageId}\u0000${h.ord}`);
-        // A vector of text the page no longer has (the worker has not caught up) answers nothing.
-        if (r && visible(p, scope.action, r) && hashTag(textHash(sectionEmbedText(r.title, r.heading, r.text))) === h.tag) out.push({ ...r, score: h.score });
+        const secs = (byPage.get(h.pageId) ?? []).filter((r) => r.ord >= h.ord && r.ord <= h.last);
+        // Every section of the window must pass the filters and the ceiling, and the window's
+        // text must be the one embedded: a vector of text the page no longer has (the worker
+        // has not caught up) answers nothing.
+        if (secs.length !== h.last - h.ord + 1 || !secs.every((r) => visible(p, scope.action, r))) continue;
+        if (hashTag(textHash(windowEmbedText(secs[0]!.title, secs))) !== h.tag) continue;
+        for (const r of secs) out.push({ ...r, score: h.score });
       }
     }
     // Narrow scopes in a large workspace: stop after the nearest VECTOR_SCAN_CAP rows (keyword search covers the rest).

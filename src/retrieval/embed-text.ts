@@ -1,8 +1,54 @@
 import { createHash } from 'node:crypto';
 
-/** What a section's vector is computed from: its page title, its heading and its text. */
-export function sectionEmbedText(title: string, heading: string, text: string): string {
-  return heading && heading !== title ? `${title}\n${heading}\n${text}` : `${title}\n${text}`;
+/** Consecutive sections are embedded together up to this many characters of text. */
+export const WINDOW_CHARS = 1500;
+
+export interface EmbedSection {
+  ord: number;
+  heading: string;
+  text: string;
+  block_level: string | null;
+}
+
+/** A run of consecutive sections of one page that share one vector. */
+export interface Window<S extends EmbedSection = EmbedSection> {
+  first: number;
+  last: number;
+  sections: S[];
+}
+
+/**
+ * Groups a page's sections (in ord order) into windows: consecutive sections up to WINDOW_CHARS,
+ * never across a change of block level, so a vector never mixes text of a `::: level` block
+ * with text outside it (a hidden block must not make its neighbours findable by its words).
+ * Pages of many short sections get few vectors; a long section is a window of its own.
+ */
+export function windows<S extends EmbedSection>(sections: S[]): Window<S>[] {
+  const out: Window<S>[] = [];
+  let cur: Window<S> | null = null;
+  let size = 0;
+  for (const s of sections) {
+    if (cur && (cur.sections[0]!.block_level !== s.block_level || size + s.text.length > WINDOW_CHARS)) cur = null;
+    if (!cur) {
+      cur = { first: s.ord, last: s.ord, sections: [] };
+      out.push(cur);
+      size = 0;
+    }
+    cur.sections.push(s);
+    cur.last = s.ord;
+    size += s.text.length;
+  }
+  return out;
+}
+
+/** What a window's vector is computed from: the page title, then each section's heading and text. */
+export function windowEmbedText(title: string, sections: readonly Pick<EmbedSection, 'heading' | 'text'>[]): string {
+  const parts = [title];
+  for (const s of sections) {
+    if (s.heading && s.heading !== title && !s.text.trimStart().startsWith('#')) parts.push(s.heading);
+    parts.push(s.text);
+  }
+  return parts.join('\n');
 }
 
 export function textHash(s: string): string {

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { Store } from '../store/db.js';
 import { inTransaction } from '../store/tx.js';
-import { bytesToVec, sectionEmbedText, textHash, vecToBytes } from './embed-text.js';
+import { bytesToVec, textHash, vecToBytes, windowEmbedText, windows } from './embed-text.js';
 import { EmbeddingUnavailableError, type EmbeddingProvider } from './embeddings/provider.js';
 
 /** Pages taken from the backlog per round; their sections are embedded in one provider call. */
@@ -142,7 +142,7 @@ export class EmbedWorker {
     );
     const sections = await db
       .selectFrom('page_sections')
-      .select(['page_id', 'ord', 'title', 'heading', 'text'])
+      .select(['page_id', 'ord', 'title', 'heading', 'text', 'block_level'])
       .where('page_id', 'in', ids)
       .orderBy('page_id')
       .orderBy('ord')
@@ -150,13 +150,17 @@ export class EmbedWorker {
     const old = await db.selectFrom('section_vectors').select(['text_hash', 'vec']).where('page_id', 'in', ids).where('model', '=', this.key).execute();
     const reuse = new Map(old.map((o) => [o.text_hash, o.vec]));
 
-    // What each live page's sections need; only texts not embedded before go to the provider.
-    const wanted: { page_id: string; ord: number; hash: string; text: string }[] = [];
-    for (const s of sections) {
-      const page = pages.get(s.page_id);
+    // Each live page's windows of sections; only texts not embedded before go to the provider.
+    const byPage = new Map<string, typeof sections>();
+    for (const s of sections) byPage.set(s.page_id, [...(byPage.get(s.page_id) ?? []), s]);
+    const wanted: { page_id: string; ord: number; last: number; hash: string; text: string }[] = [];
+    for (const [pageId, list] of byPage) {
+      const page = pages.get(pageId);
       if (!page || page.deleted_at !== null) continue;
-      const text = sectionEmbedText(s.title, s.heading, s.text);
-      wanted.push({ page_id: s.page_id, ord: s.ord, hash: textHash(text), text });
+      for (const w of windows(list)) {
+        const text = windowEmbedText(list[0]!.title, w.sections);
+        wanted.push({ page_id: pageId, ord: w.first, last: w.last, hash: textHash(text), text });
+      }
     }
     const missing = [...new Map(wanted.filter((w) => !reuse.has(w.hash)).map((w) => [w.hash, w.text]))];
     const fresh = new Map<string, Uint8Array>();
@@ -183,7 +187,7 @@ export class EmbedWorker {
         if (live) {
           const rows = wanted
             .filter((w) => w.page_id === job.page_id)
-            .map((w) => ({ page_id: w.page_id, ord: w.ord, workspace_id: job.workspace_id, model: this.key, text_hash: w.hash, vec: fresh.get(w.hash) ?? reuse.get(w.hash)! }));
+            .map((w) => ({ page_id: w.page_id, ord: w.ord, last_ord: w.last, workspace_id: job.workspace_id, model: this.key, text_hash: w.hash, vec: fresh.get(w.hash) ?? reuse.get(w.hash)! }));
           for (let i = 0; i < rows.length; i += 100) await trx.insertInto('section_vectors').values(rows.slice(i, i + 100)).execute();
         }
         await trx.deleteFrom('embed_jobs').where('page_id', '=', job.page_id).where('content_hash', '=', job.content_hash).execute();

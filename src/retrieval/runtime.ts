@@ -147,7 +147,7 @@ export class RetrievalRuntime {
     for (;;) {
       const rows = await db
         .selectFrom('section_vectors')
-        .select(['page_id', 'ord', 'text_hash', 'vec'])
+        .select(['page_id', 'ord', 'last_ord', 'text_hash', 'vec'])
         .where('workspace_id', '=', workspaceId)
         .where('model', '=', this.key)
         .where('page_id', '>', after)
@@ -167,14 +167,14 @@ export class RetrievalRuntime {
     return state;
   }
 
-  private apply(state: Loaded, rows: { page_id: string; ord: number; text_hash: string; vec: Uint8Array }[]): void {
-    const byPage = new Map<string, { ord: number; vec: Float32Array; tag: number }[]>();
+  private apply(state: Loaded, rows: { page_id: string; ord: number; last_ord: number; text_hash: string; vec: Uint8Array }[]): void {
+    const byPage = new Map<string, { ord: number; last: number; vec: Float32Array; tag: number }[]>();
     for (const r of rows) {
       const vec = bytesToVec(r.vec);
       state.matrix ??= new VectorMatrix(vec.length);
       if (vec.length !== state.matrix.dims) continue;
       const list = byPage.get(r.page_id) ?? [];
-      list.push({ ord: r.ord, vec, tag: hashTag(r.text_hash) });
+      list.push({ ord: r.ord, last: r.last_ord, vec, tag: hashTag(r.text_hash) });
       byPage.set(r.page_id, list);
     }
     for (const [page, vecs] of byPage) state.matrix!.setPage(page, vecs);
@@ -196,7 +196,7 @@ export class RetrievalRuntime {
       const batch = pages.slice(i, i + 500);
       const rows = await db
         .selectFrom('section_vectors')
-        .select(['page_id', 'ord', 'text_hash', 'vec'])
+        .select(['page_id', 'ord', 'last_ord', 'text_hash', 'vec'])
         .where('page_id', 'in', batch)
         .where('model', '=', this.key)
         .orderBy('page_id')

@@ -344,7 +344,9 @@ export interface EmbedJobsTable {
 
 export interface SectionVectorsTable {
   page_id: string;
+  /** First and last section ord of the window the vector stands for. */
   ord: number;
+  last_ord: number;
   workspace_id: string;
   model: string;
   text_hash: string;

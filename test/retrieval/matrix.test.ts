@@ -169,7 +169,7 @@ describe('VectorMatrix', () => {
       ['b', 0, 5, 1],
       ['c', 0, 4, 0],
     ]);
-    expect(m.top(one(1), 1)).toEqual([{ pageId: 'c', ord: 0, tag: 4, score: 1 }]);
+    expect(m.top(one(1), 1)).toEqual([{ pageId: 'c', ord: 0, last: 0, tag: 4, score: 1 }]);
     expect(m.top(one(4), 2).every((h) => h.score === 0)).toBe(true);
   });
 

@@ -6,7 +6,9 @@ const PAGE = 65536;
 
 export interface RowHit {
   pageId: string;
+  /** The row's first and last section ord (a row may stand for a window of sections). */
   ord: number;
+  last: number;
   /** The row's tag as stored (callers keep 32 bits of the embedded text's hash there, to spot stale rows). */
   tag: number;
   score: number;
@@ -25,6 +27,7 @@ export class VectorMatrix {
   private rowPage: string[] = [];
   private rowOrd: number[] = [];
   private rowTag: number[] = [];
+  private rowLast: number[] = [];
   private readonly rowsOf = new Map<string, number[]>();
   private capacity = 0;
   /** Byte offsets inside linear memory: [query | scores | matrix]. */
@@ -59,18 +62,19 @@ export class VectorMatrix {
   }
 
   /** Sets a page's vectors (one per section ord), replacing what it had. */
-  setPage(pageId: string, vectors: { ord: number; vec: Float32Array; tag: number }[]): void {
+  setPage(pageId: string, vectors: { ord: number; last?: number; vec: Float32Array; tag: number }[]): void {
     this.removePage(pageId);
     if (vectors.length === 0) return;
     this.ensure(this.rows + vectors.length);
     const rows: number[] = [];
-    for (const { ord, vec, tag } of vectors) {
+    for (const { ord, last, vec, tag } of vectors) {
       if (vec.length !== this.dims) throw new Error(`vector of ${vec.length} dimensions in a ${this.dims}-dimension matrix`);
       const r = this.rowPage.length;
       new Float32Array(this.memory.buffer, this.matrixOff + r * this.stride * 4, this.stride).fill(0).set(vec);
       this.rowPage.push(pageId);
       this.rowOrd.push(ord);
       this.rowTag.push(tag);
+      this.rowLast.push(last ?? ord);
       rows.push(r);
     }
     this.rowsOf.set(pageId, rows);
@@ -93,12 +97,14 @@ export class VectorMatrix {
       this.rowPage[r] = movedPage;
       this.rowOrd[r] = this.rowOrd[last]!;
       this.rowTag[r] = this.rowTag[last]!;
+      this.rowLast[r] = this.rowLast[last]!;
       const list = this.rowsOf.get(movedPage)!;
       list[list.indexOf(last)] = r;
     }
     this.rowPage.pop();
     this.rowOrd.pop();
     this.rowTag.pop();
+    this.rowLast.pop();
   }
 
   /** The `k` rows most similar to `query`, best first (exact: every row is scored). */
@@ -109,7 +115,7 @@ export class VectorMatrix {
     new Float32Array(this.memory.buffer, this.queryOff, this.stride).fill(0).set(query);
     this.scanFn(this.matrixOff, n, this.stride, this.queryOff, this.scoresOff);
     const scores = new Float32Array(this.memory.buffer, this.scoresOff, n);
-    return selectTop(scores, Math.min(k, n)).map((r) => ({ pageId: this.rowPage[r]!, ord: this.rowOrd[r]!, tag: this.rowTag[r]!, score: scores[r]! }));
+    return selectTop(scores, Math.min(k, n)).map((r) => ({ pageId: this.rowPage[r]!, ord: this.rowOrd[r]!, last: this.rowLast[r]!, tag: this.rowTag[r]!, score: scores[r]! }));
   }
 
   private ensure(rows: number): void {

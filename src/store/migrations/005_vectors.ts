@@ -25,7 +25,9 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
   await db.schema
     .createTable('section_vectors')
     .addColumn('page_id', 'text', (c) => c.notNull())
+    // The window of sections the vector stands for: ord (first) to last_ord.
     .addColumn('ord', 'integer', (c) => c.notNull())
+    .addColumn('last_ord', 'integer', (c) => c.notNull())
     .addColumn('workspace_id', 'text', (c) => c.notNull())
     // provider:model:dimensions (modelKey); vectors of another key are stale and re-embedded.
     .addColumn('model', 'text', (c) => c.notNull())
