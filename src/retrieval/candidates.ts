@@ -3,8 +3,26 @@ import type { CoreContext } from '../core/context.js';
 import { ceilingFor } from '../policy/access.js';
 import type { Action, Principal } from '../policy/principal.js';
 import { atOrBelow, isLevel, LEVELS, rank, type Level } from '../policy/sensitivity.js';
+import { stemmer } from 'stemmer';
 import { hashTag, textHash, windowEmbedText } from './embed-text.js';
 import { fts5Match, pgTsQuery } from './keyword.js';
+
+/**
+ * In the any-word fallback, a word found in more than this many sections is dropped while a
+ * rarer one remains: its bm25 weight is small, and ranking every section it matches was most of
+ * the time of slow queries at 100,000 pages.
+ */
+const OR_MAX_DOCS = 10_000;
+
+/** The terms worth an any-word query: all of them in a small workspace, the selective ones in a large one. */
+async function selectiveTerms(ctx: CoreContext, terms: string[]): Promise<string[]> {
+  if (terms.length < 2) return terms;
+  const stems = terms.map((t) => stemmer(t));
+  const rows = (await sql<{ term: string; doc: number }>`select term, doc from page_sections_vocab where term in (${sql.join([...new Set(stems)])})`.execute(ctx.store.db)).rows;
+  const doc = new Map(rows.map((r) => [r.term, Number(r.doc)]));
+  const keep = terms.filter((_, i) => (doc.get(stems[i]!) ?? 0) <= OR_MAX_DOCS);
+  return keep.length > 0 ? keep : terms;
+}
 
 /** Keyword matches ranked by the index alone before joins and filters (SQLite). */
 const FTS_PREFILTER = 2000;
@@ -125,7 +143,7 @@ export async function keywordCandidates(ctx: CoreContext, p: Principal, scope: S
     // First the best FTS_PREFILTER matches from the index alone, then the joins and filters on
     // those: a common word matches tens of thousands of sections, and joining them all before
     // the sort was most of a slow query. When the filters leave too few, the full query runs.
-    const match = fts5Match(terms, op);
+    const match = fts5Match(op === 'OR' ? await selectiveTerms(ctx, terms) : terms, op);
     rows = (
       await sql<Candidate>`
       with hits as (

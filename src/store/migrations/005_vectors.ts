@@ -46,6 +46,12 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
   }
   await db.schema.createIndex('vector_log_ws').on('vector_log').columns(['workspace_id', 'seq']).execute();
 
+  if (!pg) {
+    // Document frequency per indexed (stemmed) term: lets the any-word fallback skip words that
+    // match a large part of the workspace (see keywordCandidates).
+    await sql`create virtual table page_sections_vocab using fts5vocab(page_sections_fts, 'row')`.execute(db);
+  }
+
   // Index every live page (keyword rows, links, and a place in the backlog).
   await reindexAll(db as unknown as Kysely<DB>);
 }
