@@ -183,7 +183,8 @@ export async function vectorCandidates(ctx: CoreContext, p: Principal, scope: Sc
   if (!m || m.dims !== query.length) return [];
   const w = where(p, scope, allowed);
   const out: Candidate[] = [];
-  let k = Math.max(limit * 2, 100);
+  // Each window gives at least one section: `limit` windows usually suffice; more only when filters drop some.
+  let k = Math.max(limit, 50);
   let seen = 0;
   for (;;) {
     const hits = m.top(query, Math.min(k, m.rows));

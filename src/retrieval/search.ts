@@ -44,6 +44,8 @@ export interface SearchResult {
 
 /** Sections looked at per list before grouping by page (results are at most 50 pages). */
 const CANDIDATES = 200;
+/** Vector sections looked at for search: fusion uses the top 50 pages or so of each list. */
+const VECTOR_DEPTH = 100;
 const SNIPPET_CHARS = 240;
 
 function escapeRegExp(s: string): string {
@@ -131,7 +133,7 @@ export async function searchPages(ctx: CoreContext, p: Principal, opts: SearchOp
   const kw = byPage(kwSections);
   let vec: Candidate[] = [];
   if (opts.mode !== 'fts') {
-    const list = await vectorList(ctx, p, scope, opts.q);
+    const list = await vectorList(ctx, p, scope, opts.q, VECTOR_DEPTH);
     if (list === null) {
       out.mode_used = 'fts';
       out.note = `embeddings are unavailable (${ctx.retrieval.provider.provider}); ranked by keyword (fts)`;

@@ -557,6 +557,23 @@ const ROWS: Row[] = [
     expect: { ...everyone(ok()), agentNoGrant: FORBIDDEN },
   },
   {
+    method: 'GET',
+    route: '/api/v1/bundle',
+    auth: 'SK',
+    grant: 'read',
+    request: () => ({ path: '/api/v1/bundle?intent=matrix&budget_tokens=200' }),
+    // Every role reads; an agent without a read grant anywhere is 403.
+    expect: { ...everyone(ok()), agentNoGrant: FORBIDDEN },
+  },
+  {
+    method: 'POST',
+    route: '/api/v1/bundle',
+    auth: 'SK',
+    grant: 'read',
+    request: () => ({ path: '/api/v1/bundle', body: { intent: 'matrix', budget_tokens: 200 } }),
+    expect: { ...everyone(ok()), agentNoGrant: FORBIDDEN },
+  },
+  {
     method: 'POST',
     route: '/api/v1/nodes/:id/move',
     variant: 'within the same audience',
