@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { ServiceError } from '../../src/core/errors.js';
 import { mergePage, type MergeResult } from '../../src/core/merge.js';
 import { parseDocument } from '../../src/markdown/index.js';
+import { prng } from '../support/random.js';
 
 /** Joins lines with \n and a final \n, so fixtures read as the page would. */
 const lines = (...ls: string[]) => ls.map((l) => `${l}\n`).join('');
@@ -381,17 +382,6 @@ describe('mergePage: frontmatter', () => {
 // ---------------------------------------------------------------------------------------------
 // Property: edits confined to separate halves always merge, with every edit from both sides.
 
-/** mulberry32: a small seeded PRNG, so a failure is reproducible. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const WORDS = ['alpha', 'beta', 'gamma', 'delta', 'the', 'agent', 'page', 'vault', 'merge', 'note', '-', '*', '#'];
 

@@ -3,20 +3,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEngines } from '../support/engines.js';
 import { expectError } from '../support/expect.js';
 import { Client, createAgentWithKey, signupHuman, startTestServer, type Res, type TestServer } from '../support/server.js';
+import { prng } from '../support/random.js';
+import type { BundleSection } from '../../src/retrieval/bundle.js';
+import { waitForVectors } from '../support/embeddings-server.js';
 
-interface Section {
-  id: string;
-  path: string;
-  title: string;
-  heading: string;
-  commit_sha: string;
-  state: string;
-  tokens: number;
-  score: number;
-  via: 'rank' | 'link';
-  truncated: boolean;
-  text: string;
-}
+type Section = BundleSection;
 
 interface Bundle {
   intent: string;
@@ -27,27 +18,7 @@ interface Bundle {
   markdown: string;
 }
 
-/** Waits until the embedding backlog is empty (vectors trail writes by a moment), as an operator would watch /readyz. */
-async function waitForVectors(c: Client): Promise<void> {
-  for (let i = 0; i < 400; i++) {
-    const r = await c.get('/readyz');
-    if (r.body.embeddings?.backlog === 0) return;
-    await new Promise((res) => setTimeout(res, 25));
-  }
-  throw new Error('embedding backlog did not drain');
-}
 
-/** A small deterministic PRNG, so the corpus is the same on every run. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const WORDS = [
   'beacon', 'harbour', 'signal', 'rotation', 'keeper', 'fog', 'horn', 'lamp', 'lens', 'tide', 'rocks', 'shipping', 'night', 'watch',

@@ -1,68 +1,13 @@
-import http from 'node:http';
 import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import type { RunningServer } from '../../src/server.js';
 import { createTestDatabase, testEngines } from '../support/engines.js';
 import { Client, signupHuman, startServerOn } from '../support/server.js';
+import { embeddingsServer } from '../support/embeddings-server.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const API_KEY = 'sk-outage-test-0123456789abcdef';
-
-type Mode = 'fail' | 'hang' | 'ok';
-
-/**
- * A local OpenAI-protocol embeddings server whose behaviour the test switches: `fail` answers
- * 500 with an OpenAI error body, `hang` never answers, `ok` answers deterministic 16-dimension
- * vectors (one signed bucket per word). It can listen on a port given in advance.
- */
-async function embeddingsServer(mode: Mode, port = 0) {
-  const state = { mode, requests: 0, inputs: [] as string[], auth: new Set<string>() };
-  const hanging = new Set<http.ServerResponse>();
-  const vec = (text: string) => {
-    const v = new Array<number>(16).fill(0);
-    v[0] = 0.01;
-    for (const w of text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []) {
-      let h = 0x811c9dc5;
-      for (let i = 0; i < w.length; i++) h = Math.imul(h ^ w.charCodeAt(i), 0x01000193) >>> 0;
-      v[h % 16]! += (h >>> 8) & 1 ? 1 : -1;
-    }
-    const n = Math.hypot(...v);
-    return v.map((x) => x / n);
-  };
-  const server = http.createServer((req, res) => {
-    let raw = '';
-    req.on('data', (d) => (raw += d));
-    req.on('end', () => {
-      state.requests++;
-      state.auth.add(req.headers.authorization ?? '');
-      if (state.mode === 'hang') {
-        hanging.add(res);
-        res.on('close', () => hanging.delete(res));
-        return;
-      }
-      if (state.mode === 'fail') {
-        res.writeHead(500, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message: 'the model is overloaded', type: 'server_error' } }));
-        return;
-      }
-      const body = JSON.parse(raw) as { model: string; input: string[] };
-      state.inputs.push(...body.input);
-      res.writeHead(200, { 'content-type': 'application/json' }).end(
-        JSON.stringify({ object: 'list', model: body.model, data: body.input.map((t, index) => ({ object: 'embedding', index, embedding: vec(t) })) }),
-      );
-    });
-  });
-  await new Promise<void>((r) => server.listen(port, '127.0.0.1', r));
-  return {
-    state,
-    port: (server.address() as AddressInfo).port,
-    close: async () => {
-      for (const r of hanging) r.destroy();
-      server.closeAllConnections();
-      await new Promise<void>((r) => server.close(() => r()));
-    },
-  };
-}
 
 /** A loopback port nothing listens on (yet). */
 async function freePort(): Promise<number> {

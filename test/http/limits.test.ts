@@ -351,15 +351,21 @@ describe.each(testEngines())('/api/v1 per principal (%s)', (engine) => {
     expect((await b.get('/api/v1/whoami')).status).toBe(429);
   });
 
-  it('bundle and import have their own, narrower buckets (matched by URL before the routes land)', async () => {
-    const c = new Client(s.url);
-    // No principal on an unknown route: counted per IP.
-    for (let i = 0; i < 2; i++) expect((await c.post('/api/v1/bundle', {})).status).not.toBe(429);
-    const r = await c.get('/api/v1/bundle');
+  it('bundle and import have their own, narrower buckets (import matched by URL before its route lands)', async () => {
+    const human = await signupHuman(s.url, 'Quinn');
+    const c = (await createAgentWithKey(human.client, [{ action: 'read' }], { name: 'c' })).client;
+    // The bundle bucket (2 here) is spent by GET and POST alike, per principal.
+    expect((await c.post('/api/v1/bundle', { intent: 'anything', budget_tokens: 200 })).status).toBe(200);
+    expect((await c.get('/api/v1/bundle?intent=anything')).status).toBe(200);
+    const r = await c.get('/api/v1/bundle?intent=anything');
     expectLimited(r, 30);
     expect(r.headers.get('ratelimit-limit')).toBe('2');
-    expect((await c.post('/api/v1/import', {})).status).not.toBe(429);
-    const imp = await c.post('/api/v1/import', {});
+    // Other routes are not in that bucket.
+    expect((await c.get('/api/v1/whoami')).status).toBe(200);
+    // No principal on an unknown route: counted per IP.
+    const anon = new Client(s.url);
+    expect((await anon.post('/api/v1/import', {})).status).not.toBe(429);
+    const imp = await anon.post('/api/v1/import', {});
     expectLimited(imp, 3600);
     expect(Number(imp.headers.get('retry-after'))).toBeGreaterThan(3000);
   });

@@ -4,6 +4,7 @@ import { openStore } from '../../src/store/db.js';
 import { createTestDatabase, testEngines } from '../support/engines.js';
 import { expectError } from '../support/expect.js';
 import { Client, createAgentWithKey, signupHuman, startServerOn, startTestServer, type TestServer } from '../support/server.js';
+import { waitForVectors } from '../support/embeddings-server.js';
 
 const enc = encodeURIComponent;
 
@@ -17,15 +18,6 @@ interface Hit {
   section: string;
 }
 
-/** Waits until the embedding backlog is empty (vectors trail writes by a moment), as an operator would watch /readyz. */
-async function waitForVectors(c: Client): Promise<void> {
-  for (let i = 0; i < 200; i++) {
-    const r = await c.get('/readyz');
-    if (r.body.embeddings?.backlog === 0) return;
-    await new Promise((res) => setTimeout(res, 25));
-  }
-  throw new Error('embedding backlog did not drain');
-}
 
 /** Search, backlinks and related over real HTTP. */
 describe.each(testEngines())('search, backlinks and related (%s)', (engine) => {

@@ -1,9 +1,8 @@
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningServer } from '../../src/server.js';
 import { createTestDatabase, testEngines, type TestDatabase } from '../support/engines.js';
 import { Client, createAgentWithKey, signupHuman, startServerOn } from '../support/server.js';
+import { embeddingsServer, waitForVectors } from '../support/embeddings-server.js';
 
 interface Hit {
   id: string;
@@ -23,16 +22,6 @@ interface SearchBody {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** Waits until the embedding backlog is empty (vectors trail writes by a moment), as an operator would watch /readyz. */
-async function waitForVectors(c: Client, ms = 10_000): Promise<void> {
-  const until = Date.now() + ms;
-  while (Date.now() < until) {
-    const r = await c.get('/readyz');
-    if (r.body.embeddings?.backlog === 0) return;
-    await sleep(25);
-  }
-  throw new Error('embedding backlog did not drain');
-}
 
 async function search(c: Client, params: Record<string, string>): Promise<SearchBody> {
   const res = await c.get(`/api/v1/search?${new URLSearchParams(params).toString()}`);
@@ -41,56 +30,6 @@ async function search(c: Client, params: Record<string, string>): Promise<Search
 }
 const paths = (r: SearchBody) => r.results.map((h) => h.path);
 
-/**
- * A local server speaking the OpenAI embeddings protocol (POST /v1/embeddings): deterministic
- * 16-dimension vectors, one signed bucket per word (FNV-1a of the lower-cased word), so texts
- * sharing words are near. It records every input it was sent.
- */
-async function fakeEmbeddings(): Promise<{ url: string; inputs: string[]; models: string[]; close(): Promise<void> }> {
-  const inputs: string[] = [];
-  const models: string[] = [];
-  const DIMS = 16;
-  const embed = (text: string) => {
-    const v = new Array<number>(DIMS).fill(0);
-    v[0] = 0.01; // never a zero vector
-    for (const w of text.toLowerCase().match(/[\p{L}\p{N}]+/gu) ?? []) {
-      let h = 0x811c9dc5;
-      for (let i = 0; i < w.length; i++) h = Math.imul(h ^ w.charCodeAt(i), 0x01000193) >>> 0;
-      v[h % DIMS]! += (h >>> 8) & 1 ? 1 : -1;
-    }
-    const n = Math.hypot(...v);
-    return v.map((x) => x / n);
-  };
-  const server = http.createServer((req, res) => {
-    let raw = '';
-    req.on('data', (d) => (raw += d));
-    req.on('end', () => {
-      if (req.method !== 'POST' || req.url !== '/v1/embeddings') {
-        res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message: 'not found' } }));
-        return;
-      }
-      const body = JSON.parse(raw) as { model: string; input: string[] };
-      models.push(body.model);
-      inputs.push(...body.input);
-      res.writeHead(200, { 'content-type': 'application/json' }).end(
-        JSON.stringify({
-          object: 'list',
-          model: body.model,
-          data: body.input.map((t, index) => ({ object: 'embedding', index, embedding: embed(t) })),
-          usage: { prompt_tokens: 1, total_tokens: 1 },
-        }),
-      );
-    });
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const port = (server.address() as AddressInfo).port;
-  return {
-    url: `http://127.0.0.1:${port}/v1`,
-    inputs,
-    models,
-    close: () => new Promise<void>((r) => server.close(() => r())),
-  };
-}
 
 /** Vector search over real HTTP, kept current through every kind of write and a restart. */
 describe.each(testEngines())('vector index consistency (%s)', (engine) => {
@@ -278,7 +217,7 @@ describe.each(testEngines())('vector index consistency (%s)', (engine) => {
 describe.each(testEngines())('changing the embeddings provider or model (%s)', (engine) => {
   it('re-embeds every page in the background with the new provider, and vector search uses it', async () => {
     const tdb = await createTestDatabase(engine);
-    const fake = await fakeEmbeddings();
+    const fake = await embeddingsServer();
     let server: RunningServer | undefined;
     try {
       server = await startServerOn(tdb);

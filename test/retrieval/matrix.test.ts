@@ -1,17 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { selectTop, VectorMatrix } from '../../src/retrieval/vectors/matrix.js';
+import { prng } from '../support/random.js';
 
-/** A small deterministic PRNG. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function unitVector(rnd: () => number, dims: number): Float32Array {
   const v = new Float32Array(dims);
