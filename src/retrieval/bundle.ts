@@ -102,7 +102,7 @@ export async function buildBundle(ctx: CoreContext, p: Principal, opts: BundleOp
   const kw = await keywordList(ctx, p, scope, terms, DEPTH);
   const vec = ((await vectorList(ctx, p, scope, intent, DEPTH)) ?? []).filter((c) => c.score >= VECTOR_FLOOR);
   const key = (c: Candidate) => `${c.page_id}\u0000${c.ord}`;
-  const ranked = boostAndSort(fuse(kw, vec, key, vec[0]?.score ?? 0, kw.partial === true), terms, await halfLives(ctx, p.workspaceId));
+  const ranked = boostAndSort(fuse(kw, vec, key, vec[0]?.score ?? 0, kw.weak === true), terms, await halfLives(ctx, p.workspaceId));
 
   const header = `# Context: ${intent.replace(/\s+/g, ' ').slice(0, 200)}\n`;
   const parts: string[] = [header];

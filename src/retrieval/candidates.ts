@@ -17,11 +17,21 @@ const OR_MAX_DOCS = 10_000;
 /** The terms worth an any-word query: all of them in a small workspace, the selective ones in a large one. */
 async function selectiveTerms(ctx: CoreContext, terms: string[]): Promise<string[]> {
   if (terms.length < 2) return terms;
+  const docs = (await termDocCounts(ctx, terms))!;
+  const keep = terms.filter((t) => (docs.get(t) ?? 0) <= OR_MAX_DOCS);
+  return keep.length > 0 ? keep : terms;
+}
+
+/**
+ * How many sections (of every workspace) hold each query term, by its Porter stem as the
+ * SQLite index stores it; null on PostgreSQL, where counting would mean a scan.
+ */
+export async function termDocCounts(ctx: CoreContext, terms: string[]): Promise<Map<string, number> | null> {
+  if (ctx.store.dialect !== 'sqlite' || terms.length === 0) return ctx.store.dialect === 'sqlite' ? new Map() : null;
   const stems = terms.map((t) => stemmer(t));
   const rows = (await sql<{ term: string; doc: number }>`select term, doc from page_sections_vocab where term in (${sql.join([...new Set(stems)])})`.execute(ctx.store.db)).rows;
   const doc = new Map(rows.map((r) => [r.term, Number(r.doc)]));
-  const keep = terms.filter((_, i) => (doc.get(stems[i]!) ?? 0) <= OR_MAX_DOCS);
-  return keep.length > 0 ? keep : terms;
+  return new Map(terms.map((t, i) => [t, doc.get(stems[i]!) ?? 0]));
 }
 
 /** Keyword matches ranked by the index alone before joins and filters (SQLite). */

@@ -13,7 +13,7 @@ export const VECTOR_FLOOR = 0.12;
 export const GATE_LOW = 0.1;
 export const GATE_HIGH = 0.3;
 export const VECTOR_MAX_WEIGHT = 0.75;
-/** The vector list's weight when keyword search found nothing, or only sections with some of the words. */
+/** The vector list's weight when keyword search found nothing, or likely missed (see keywordList's `weak`). */
 export const PARTIAL_WEIGHT = 0.75;
 export const TITLE_BOOST = 1.2;
 /** With a folder half-life, a page's score is multiplied by FRESH_FLOOR + (1 − FRESH_FLOOR) · 0.5^(age / half-life). */
@@ -34,8 +34,8 @@ export interface Fused<T> {
 }
 
 /** Fuses two ranked lists of items identified by `key` (best first each). */
-export function fuse<T>(keyword: T[], vector: T[], key: (t: T) => string, vectorTop: number, keywordPartial = false): Fused<T>[] {
-  const w = vectorWeight(vectorTop, keyword.length === 0 || keywordPartial);
+export function fuse<T>(keyword: T[], vector: T[], key: (t: T) => string, vectorTop: number, keywordWeak = false): Fused<T>[] {
+  const w = vectorWeight(vectorTop, keyword.length === 0 || keywordWeak);
   const out = new Map<string, Fused<T>>();
   keyword.forEach((item, i) => out.set(key(item), { item, score: 1 / (RRF_K + i + 1), keywordRank: i + 1, vectorRank: null }));
   if (w > 0) {

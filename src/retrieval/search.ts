@@ -2,7 +2,7 @@ import type { CoreContext } from '../core/context.js';
 import { badRequest, forbidden } from '../core/errors.js';
 import { hasActionWithin } from '../policy/access.js';
 import type { Principal } from '../policy/principal.js';
-import { keywordCandidates, vectorCandidates, type Candidate, type Scope } from './candidates.js';
+import { keywordCandidates, termDocCounts, vectorCandidates, type Candidate, type Scope } from './candidates.js';
 import { EmbeddingUnavailableError } from './embeddings/provider.js';
 import { boostAndSort, fuse, VECTOR_FLOOR } from './hybrid.js';
 import { queryTerms } from './keyword.js';
@@ -78,12 +78,16 @@ function byPage(list: Candidate[]): Candidate[] {
 
 /**
  * Keyword sections: every term in one section is the precise answer; when nothing has them all,
- * any term (`partial`: the keyword list is then a weak one, e.g. a misspelt word).
+ * any term. `weak` marks a keyword list that likely missed: it needed the any-word fallback and
+ * some word is in no section at all (a misspelling, as far as the index can tell; on PostgreSQL,
+ * which has no cheap word counts, any fallback).
  */
-export async function keywordList(ctx: CoreContext, p: Principal, scope: Scope, terms: string[], limit = CANDIDATES): Promise<Candidate[] & { partial?: boolean }> {
+export async function keywordList(ctx: CoreContext, p: Principal, scope: Scope, terms: string[], limit = CANDIDATES): Promise<Candidate[] & { weak?: boolean }> {
   const list = await keywordCandidates(ctx, p, scope, terms, 'AND', limit);
   if (list.length > 0 || terms.length <= 1) return list;
-  return Object.assign(await keywordCandidates(ctx, p, scope, terms, 'OR', limit), { partial: true });
+  const docs = await termDocCounts(ctx, terms);
+  const weak = docs === null || terms.some((t) => docs.get(t) === 0);
+  return Object.assign(await keywordCandidates(ctx, p, scope, terms, 'OR', limit), { weak });
 }
 
 /** Vector sections, or null when the provider cannot embed the query now. */
@@ -145,7 +149,7 @@ export async function searchPages(ctx: CoreContext, p: Principal, opts: SearchOp
   if (opts.mode === 'fts') ranked = kw.map((c) => ({ c, score: c.score, fromKeyword: true }));
   else if (opts.mode === 'vector') ranked = vec.map((c) => ({ c, score: c.score, fromKeyword: false }));
   else {
-    const fused = fuse(kw, vec, (c) => c.page_id, vec[0]?.score ?? 0, kwSections.partial === true);
+    const fused = fuse(kw, vec, (c) => c.page_id, vec[0]?.score ?? 0, kwSections.weak === true);
     const sorted = boostAndSort(fused, terms, await halfLives(ctx, p.workspaceId));
     ranked = sorted.map((f) => ({ c: f.item, score: f.score, fromKeyword: f.keywordRank !== null }));
   }
