@@ -14,7 +14,7 @@ export const GATE_LOW = 0.1;
 export const GATE_HIGH = 0.3;
 export const VECTOR_MAX_WEIGHT = 0.75;
 /** The vector list's weight when keyword search found nothing, or likely missed (see keywordList's `weak`). */
-export const PARTIAL_WEIGHT = 0.75;
+export const PARTIAL_WEIGHT = 1;
 export const TITLE_BOOST = 1.2;
 /** With a folder half-life, a page's score is multiplied by FRESH_FLOOR + (1 − FRESH_FLOOR) · 0.5^(age / half-life). */
 export const FRESH_FLOOR = 0.7;
