@@ -1,10 +1,11 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
 import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
 import { authenticateMcp } from '../auth/resolve.js';
 import type { CoreContext } from '../core/context.js';
 import { isServiceError, ServiceError } from '../core/errors.js';
 import { toServiceError } from '../http/errors.js';
+import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { buildServer, buildShared, type McpCallContext } from './server.js';
 
 /**
@@ -20,6 +21,13 @@ export const MCP_PATHS = ['/mcp', '/w/:slug/mcp'] as const;
 const PARSE_ERROR = -32700;
 const SERVER_ERROR = -32000;
 const INTERNAL_ERROR = -32603;
+
+/** What the SDK transport reads of a request besides its body. */
+const FORWARDED_HEADERS = ['accept', 'content-type', 'mcp-protocol-version', 'last-event-id'] as const;
+/** The transport never routes by URL; a Request needs one all the same. */
+const REQUEST_URL = 'http://mcp.invalid/mcp';
+/** Idle servers kept for reuse. */
+const POOL = 64;
 
 function headerValue(v: string | string[] | undefined): string | undefined {
   return Array.isArray(v) ? v[0] : v;
@@ -45,6 +53,8 @@ function sendRpcError(reply: FastifyReply, e: ServiceError, rpcCode = e.status >
 
 export async function mcpRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
   const shared = buildShared();
+  // Servers are reused, one request at a time each: building one per request was a tenth of a call.
+  const idle: McpServer[] = [];
   // Long-polls in flight end when the server closes.
   const inFlight = new Set<AbortController>();
   app.addHook('preClose', async () => {
@@ -89,8 +99,8 @@ export async function mcpRoutes(app: FastifyInstance, ctx: CoreContext): Promise
       }
       const ac = new AbortController();
       inFlight.add(ac);
-      const mcp = buildServer(ctx, shared, req.log);
-      const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
+      const mcp = idle.pop() ?? buildServer(ctx, shared, app.log);
+      const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
       const raw = reply.raw;
       // A finished answer leaves nothing behind (JSON mode: no stream, no timer), so the
       // server and transport are left to the GC; only a client that went away before its
@@ -104,19 +114,33 @@ export async function mcpRoutes(app: FastifyInstance, ctx: CoreContext): Promise
       raw.once('close', done);
       try {
         await mcp.connect(transport);
-        // Headers already set (rate-limit counters) go out with the transport's answer.
-        for (const [k, v] of Object.entries(reply.getHeaders())) if (v !== undefined) raw.setHeader(k, v as string | number | string[]);
-        reply.hijack();
         const call: McpCallContext = { principal: req.principal!, signal: ac.signal, spendBundle: () => req.spendLimit('bundle') };
-        const auth: AuthInfo = { token: '', clientId: call.principal.id, scopes: [], extra: { mcp: call } };
-        await transport.handleRequest(Object.assign(req.raw, { auth }), raw, message);
+        const authInfo: AuthInfo = { token: '', clientId: call.principal.id, scopes: [], extra: { mcp: call } };
+        // The SDK's web-standard transport, handed the body already parsed: what it reads of the
+        // request is its method and the headers it validates, so only those are copied.
+        const headers = new Headers();
+        for (const name of FORWARDED_HEADERS) {
+          const v = headerValue(req.headers[name]);
+          if (v !== undefined) headers.set(name, v);
+        }
+        const res = await transport.handleRequest(new Request(REQUEST_URL, { method: 'POST', headers }), { authInfo, parsedBody: message });
+        const text = res.body ? await res.text() : '';
+        // The exchange is over: the server goes back to the pool for the next request.
+        await mcp.close();
+        if (!ac.signal.aborted && idle.length < POOL) idle.push(mcp);
+        reply.code(res.status);
+        res.headers.forEach((v, k) => void reply.header(k, v));
+        return reply.send(text);
       } catch (err) {
         req.log.error({ err }, 'MCP request failed');
         if (!raw.headersSent) {
-          raw.statusCode = 500;
-          raw.setHeader('content-type', 'application/json; charset=utf-8');
-          raw.end(JSON.stringify({ jsonrpc: '2.0', error: { code: INTERNAL_ERROR, message: 'internal_error: Something went wrong on our side; it has been logged' }, id: null }));
-        } else if (!raw.writableEnded) raw.end();
+          return reply
+            .code(500)
+            .type('application/json; charset=utf-8')
+            .send(JSON.stringify({ jsonrpc: '2.0', error: { code: INTERNAL_ERROR, message: 'internal_error: Something went wrong on our side; it has been logged' }, id: null }));
+        }
+        if (!raw.writableEnded) raw.end();
+        return reply;
       }
     };
 
