@@ -1,11 +1,11 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js';
 import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
 import { authenticateMcp } from '../auth/resolve.js';
 import type { CoreContext } from '../core/context.js';
 import { isServiceError, ServiceError } from '../core/errors.js';
 import { toServiceError } from '../http/errors.js';
 import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { ExchangeTransport } from './exchange.js';
 import { buildServer, buildShared, type McpCallContext } from './server.js';
 
 /**
@@ -22,10 +22,6 @@ const PARSE_ERROR = -32700;
 const SERVER_ERROR = -32000;
 const INTERNAL_ERROR = -32603;
 
-/** What the SDK transport reads of a request besides its body. */
-const FORWARDED_HEADERS = ['accept', 'content-type', 'mcp-protocol-version', 'last-event-id'] as const;
-/** The transport never routes by URL; a Request needs one all the same. */
-const REQUEST_URL = 'http://mcp.invalid/mcp';
 /** Idle servers kept for reuse. */
 const POOL = 64;
 
@@ -100,7 +96,7 @@ export async function mcpRoutes(app: FastifyInstance, ctx: CoreContext): Promise
       const ac = new AbortController();
       inFlight.add(ac);
       const mcp = idle.pop() ?? buildServer(ctx, shared, app.log);
-      const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
+      const transport = new ExchangeTransport();
       const raw = reply.raw;
       // A finished answer leaves nothing behind (JSON mode: no stream, no timer), so the
       // server and transport are left to the GC; only a client that went away before its
@@ -116,21 +112,13 @@ export async function mcpRoutes(app: FastifyInstance, ctx: CoreContext): Promise
         await mcp.connect(transport);
         const call: McpCallContext = { principal: req.principal!, signal: ac.signal, spendBundle: () => req.spendLimit('bundle') };
         const authInfo: AuthInfo = { token: '', clientId: call.principal.id, scopes: [], extra: { mcp: call } };
-        // The SDK's web-standard transport, handed the body already parsed: what it reads of the
-        // request is its method and the headers it validates, so only those are copied.
-        const headers = new Headers();
-        for (const name of FORWARDED_HEADERS) {
-          const v = headerValue(req.headers[name]);
-          if (v !== undefined) headers.set(name, v);
-        }
-        const res = await transport.handleRequest(new Request(REQUEST_URL, { method: 'POST', headers }), { authInfo, parsedBody: message });
-        const text = res.body ? await res.text() : '';
+        const answer = await transport.exchange(message, { accept: headerValue(req.headers.accept), protocolVersion: headerValue(req.headers['mcp-protocol-version']) }, authInfo);
         // The exchange is over: the server goes back to the pool for the next request.
         await mcp.close();
         if (!ac.signal.aborted && idle.length < POOL) idle.push(mcp);
-        reply.code(res.status);
-        res.headers.forEach((v, k) => void reply.header(k, v));
-        return reply.send(text);
+        reply.code(answer.status);
+        if (answer.body === null) return reply.send();
+        return reply.type('application/json').send(JSON.stringify(answer.body));
       } catch (err) {
         req.log.error({ err }, 'MCP request failed');
         if (!raw.headersSent) {
