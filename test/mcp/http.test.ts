@@ -150,6 +150,29 @@ describe.each(testEngines())('MCP over HTTP (%s)', (engine) => {
       }
     });
 
+    it('answers a batch with an array in order, refuses oversized batches and unknown protocol versions', async () => {
+      const batch = JSON.stringify([
+        { jsonrpc: '2.0', id: 'a', method: 'tools/list' },
+        { jsonrpc: '2.0', method: 'notifications/initialized' },
+        { jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name: 'context_whoami', arguments: {} } },
+      ]);
+      const r = await raw(s.url, '/mcp', { token: key, body: batch });
+      expect(r.status, r.text).toBe(200);
+      expect(r.json.map((m: { id: unknown }) => m.id)).toEqual(['a', 7]);
+      expect(r.json[0].result.tools).toHaveLength(16);
+      expect(r.json[1].result.isError).toBeFalsy();
+      const many = JSON.stringify(Array.from({ length: 101 }, (_, i) => ({ jsonrpc: '2.0', id: i, method: 'tools/list' })));
+      expectRpcError(await raw(s.url, '/mcp', { token: key, body: many }), 400, -32600);
+      expectRpcError(await raw(s.url, '/mcp', { token: key, body: rpc('tools/list'), headers: { 'mcp-protocol-version': '1999-01-01' } }), 400, -32000);
+      expect((await raw(s.url, '/mcp', { token: key, body: rpc('tools/list'), headers: { 'mcp-protocol-version': '2025-06-18' } })).status).toBe(200);
+      const twoInits = JSON.stringify([1, 2].map((id) => ({ jsonrpc: '2.0', id, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'x', version: '1' } } })));
+      expectRpcError(await raw(s.url, '/mcp', { token: key, body: twoInits }), 400, -32600);
+      // Only notifications: accepted, no body.
+      const n = await raw(s.url, '/mcp', { token: key, body: JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }) });
+      expect(n.status).toBe(202);
+      expect(n.text).toBe('');
+    });
+
     it('malformed requests get JSON-RPC errors, never a 500', async () => {
       expectRpcError(await raw(s.url, '/mcp', { token: key, body: '{"jsonrpc": "2.0", "id": 1, "method": ' }), 400, -32700);
       expectRpcError(await raw(s.url, '/mcp', { token: key, body: '' }), 400, -32700);
