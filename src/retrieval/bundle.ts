@@ -3,9 +3,8 @@ import { badRequest, forbidden } from '../core/errors.js';
 import { hasActionWithin } from '../policy/access.js';
 import type { Principal } from '../policy/principal.js';
 import { clusterPath, visible, type Candidate, type Scope } from './candidates.js';
-import { boostAndSort, fuse, VECTOR_FLOOR } from './hybrid.js';
 import { queryTerms } from './keyword.js';
-import { halfLives, keywordList, vectorList } from './search.js';
+import { keywordList, rankHybrid, vectorList } from './search.js';
 import { tokenCount, truncateToTokens } from './tokens.js';
 
 export const BUNDLE_MIN_TOKENS = 200;
@@ -100,9 +99,8 @@ export async function buildBundle(ctx: CoreContext, p: Principal, opts: BundleOp
   const terms = queryTerms(intent);
 
   const kw = await keywordList(ctx, p, scope, terms, DEPTH);
-  const vec = ((await vectorList(ctx, p, scope, intent, DEPTH)) ?? []).filter((c) => c.score >= VECTOR_FLOOR);
-  const key = (c: Candidate) => `${c.page_id}\u0000${c.ord}`;
-  const ranked = boostAndSort(fuse(kw, vec, key, vec[0]?.score ?? 0, kw.weak === true), terms, await halfLives(ctx, p.workspaceId));
+  const vec = (await vectorList(ctx, p, scope, intent, DEPTH)) ?? [];
+  const ranked = await rankHybrid(ctx, p, kw, vec, (c) => `${c.page_id}\u0000${c.ord}`, terms);
 
   const header = `# Context: ${intent.replace(/\s+/g, ' ').slice(0, 200)}\n`;
   const parts: string[] = [header];

@@ -14,10 +14,8 @@ import { fts5Match, pgTsQuery } from './keyword.js';
  */
 const OR_MAX_DOCS = 10_000;
 
-/** The terms worth an any-word query: all of them in a small workspace, the selective ones in a large one. */
-async function selectiveTerms(ctx: CoreContext, terms: string[]): Promise<string[]> {
-  if (terms.length < 2) return terms;
-  const docs = (await termDocCounts(ctx, terms))!;
+/** The terms worth an any-word query, from their section counts: all in a small workspace, the selective ones in a large one. */
+export function selectiveTerms(terms: string[], docs: Map<string, number>): string[] {
   const keep = terms.filter((t) => (docs.get(t) ?? 0) <= OR_MAX_DOCS);
   return keep.length > 0 ? keep : terms;
 }
@@ -38,7 +36,7 @@ export async function termDocCounts(ctx: CoreContext, terms: string[]): Promise<
 const FTS_PREFILTER = 2000;
 
 /** Nearest rows looked up at most per vector query before filters give up. */
-export const VECTOR_SCAN_CAP = 12_800;
+const VECTOR_SCAN_CAP = 12_800;
 
 /** A section that may answer a query, with what the caller needs to judge and show it. */
 export interface Candidate {
@@ -153,7 +151,7 @@ export async function keywordCandidates(ctx: CoreContext, p: Principal, scope: S
     // First the best FTS_PREFILTER matches from the index alone, then the joins and filters on
     // those: a common word matches tens of thousands of sections, and joining them all before
     // the sort was most of a slow query. When the filters leave too few, the full query runs.
-    const match = fts5Match(op === 'OR' ? await selectiveTerms(ctx, terms) : terms, op);
+    const match = fts5Match(terms, op);
     rows = (
       await sql<Candidate>`
       with hits as (
@@ -210,7 +208,11 @@ export async function vectorCandidates(ctx: CoreContext, p: Principal, scope: Sc
         order by s.page_id, s.ord`.execute(ctx.store.db)
       ).rows;
       const byPage = new Map<string, Omit<Candidate, 'score'>[]>();
-      for (const r of rows) byPage.set(r.page_id, [...(byPage.get(r.page_id) ?? []), r]);
+      for (const r of rows) {
+        const list = byPage.get(r.page_id);
+        if (list) list.push(r);
+        else byPage.set(r.page_id, [r]);
+      }
       for (const h of part) {
         const secs = (byPage.get(h.pageId) ?? []).filter((r) => r.ord >= h.ord && r.ord <= h.last);
         // Every section of the window must pass the filters and the ceiling, and the window's

@@ -1,7 +1,7 @@
 import { sql } from 'kysely';
 import type { Store } from '../store/db.js';
 import { inTransaction } from '../store/tx.js';
-import { bytesToVec, textHash, vecToBytes, windowEmbedText, windows } from './embed-text.js';
+import { textHash, vecToBytes, windowEmbedText, windows } from './embed-text.js';
 import { EmbeddingUnavailableError, type EmbeddingProvider } from './embeddings/provider.js';
 
 /** Pages taken from the backlog per round; their sections are embedded in one provider call. */
@@ -21,7 +21,6 @@ export function wakeEmbedWorkers(): void {
 export interface WorkerStatus {
   lastError: string | null;
   lastErrorAt: string | null;
-  embeddedPages: number;
 }
 
 interface Job {
@@ -42,14 +41,12 @@ export class EmbedWorker {
   private running: Promise<void> | undefined;
   private stopped = true;
   private wakeRequested = false;
-  readonly status: WorkerStatus = { lastError: null, lastErrorAt: null, embeddedPages: 0 };
+  readonly status: WorkerStatus = { lastError: null, lastErrorAt: null };
 
   constructor(
     private readonly store: Store,
     private readonly provider: EmbeddingProvider,
     private readonly key: string,
-    /** Called after a round changed vectors, with the workspace ids touched. */
-    private readonly onChange: (workspaces: Set<string>) => void,
   ) {}
 
   /** Queues pages whose vectors are missing or of another model (a provider or model change), then starts polling. */
@@ -123,7 +120,7 @@ export class EmbedWorker {
         and exists (select 1 from page_sections s where s.page_id = p.id)
         and not exists (select 1 from section_vectors v where v.page_id = p.id and v.model = ${this.key})
         and not exists (select 1 from embed_jobs j where j.page_id = p.id)`.execute(this.store.db);
-    // Vectors of pages deleted while no worker ran, and old log entries.
+    // Log entries every node has had time to replay (see RetrievalRuntime.matrix).
     await sql`delete from vector_log where at < ${new Date(Date.now() - VECTOR_LOG_KEEP_MS).toISOString()}`.execute(this.store.db);
   }
 
@@ -152,7 +149,11 @@ export class EmbedWorker {
 
     // Each live page's windows of sections; only texts not embedded before go to the provider.
     const byPage = new Map<string, typeof sections>();
-    for (const s of sections) byPage.set(s.page_id, [...(byPage.get(s.page_id) ?? []), s]);
+    for (const s of sections) {
+      const list = byPage.get(s.page_id);
+      if (list) list.push(s);
+      else byPage.set(s.page_id, [s]);
+    }
     const wanted: { page_id: string; ord: number; last: number; hash: string; text: string }[] = [];
     for (const [pageId, list] of byPage) {
       const page = pages.get(pageId);
@@ -174,7 +175,6 @@ export class EmbedWorker {
       }
     }
 
-    const touched = new Set<string>();
     const at = new Date().toISOString();
     await inTransaction(this.store, null, async (trx) => {
       for (const job of jobs) {
@@ -192,12 +192,9 @@ export class EmbedWorker {
         }
         await trx.deleteFrom('embed_jobs').where('page_id', '=', job.page_id).where('content_hash', '=', job.content_hash).execute();
         await trx.insertInto('vector_log').values({ workspace_id: job.workspace_id, page_id: job.page_id, at }).execute();
-        touched.add(job.workspace_id);
       }
     });
-    this.status.embeddedPages += jobs.length;
     if (this.status.lastError !== null && missing.length > 0) this.status.lastError = null;
-    if (touched.size > 0) this.onChange(touched);
     return jobs.length;
   }
 
@@ -218,5 +215,3 @@ export class EmbedWorker {
     }
   }
 }
-
-export { bytesToVec };

@@ -47,7 +47,7 @@ export class RetrievalRuntime {
   ) {
     this.provider = provider ?? (config.provider === 'openai' ? new OpenAIEmbeddings(config) : new BuiltinEmbeddings());
     this.key = modelKey(this.provider.provider, this.provider.model, config.provider === 'openai' ? config.dimensions : undefined);
-    this.worker = new EmbedWorker(store, this.provider, this.key, () => undefined);
+    this.worker = new EmbedWorker(store, this.provider, this.key);
   }
 
   private stopped = false;

@@ -2,9 +2,9 @@ import type { CoreContext } from '../core/context.js';
 import { badRequest, forbidden } from '../core/errors.js';
 import { hasActionWithin } from '../policy/access.js';
 import type { Principal } from '../policy/principal.js';
-import { keywordCandidates, termDocCounts, vectorCandidates, type Candidate, type Scope } from './candidates.js';
+import { keywordCandidates, selectiveTerms, termDocCounts, vectorCandidates, type Candidate, type Scope } from './candidates.js';
 import { EmbeddingUnavailableError } from './embeddings/provider.js';
-import { boostAndSort, fuse, VECTOR_FLOOR } from './hybrid.js';
+import { boostAndSort, fuse, VECTOR_FLOOR, type Fused } from './hybrid.js';
 import { queryTerms } from './keyword.js';
 
 export const SEARCH_MODES = ['hybrid', 'fts', 'vector'] as const;
@@ -82,15 +82,19 @@ function byPage(list: Candidate[]): Candidate[] {
  * some word is in no section at all (a misspelling, as far as the index can tell; on PostgreSQL,
  * which has no cheap word counts, any fallback).
  */
-export async function keywordList(ctx: CoreContext, p: Principal, scope: Scope, terms: string[], limit = CANDIDATES): Promise<Candidate[] & { weak?: boolean }> {
+export async function keywordList(ctx: CoreContext, p: Principal, scope: Scope, terms: string[], limit = CANDIDATES): Promise<KeywordList> {
   const list = await keywordCandidates(ctx, p, scope, terms, 'AND', limit);
   if (list.length > 0 || terms.length <= 1) return list;
+  // One count of the words serves both: which to keep in the any-word query, and whether one is unknown.
   const docs = await termDocCounts(ctx, terms);
   const weak = docs === null || terms.some((t) => docs.get(t) === 0);
-  return Object.assign(await keywordCandidates(ctx, p, scope, terms, 'OR', limit), { weak });
+  const anyOf = docs === null ? terms : selectiveTerms(terms, docs);
+  return Object.assign(await keywordCandidates(ctx, p, scope, anyOf, 'OR', limit), { weak });
 }
 
-/** Vector sections, or null when the provider cannot embed the query now. */
+export type KeywordList = Candidate[] & { weak?: boolean };
+
+/** Vector sections at or above VECTOR_FLOOR, or null when the provider cannot embed the query now. */
 export async function vectorList(ctx: CoreContext, p: Principal, scope: Scope, q: string, limit = CANDIDATES): Promise<Candidate[] | null> {
   let qv: Float32Array;
   try {
@@ -99,7 +103,16 @@ export async function vectorList(ctx: CoreContext, p: Principal, scope: Scope, q
     if (e instanceof EmbeddingUnavailableError) return null;
     throw e;
   }
-  return vectorCandidates(ctx, p, scope, qv, limit);
+  return (await vectorCandidates(ctx, p, scope, qv, limit)).filter((c) => c.score >= VECTOR_FLOOR);
+}
+
+/**
+ * The hybrid ranking of two lists of the same items (pages for search, sections for the
+ * bundle, told apart by `key`): fused, then boosted by title and freshness. Best first.
+ */
+export async function rankHybrid(ctx: CoreContext, p: Principal, kw: KeywordList, vec: Candidate[], key: (c: Candidate) => string, terms: string[]): Promise<Fused<Candidate>[]> {
+  const fused = fuse(kw, vec, key, vec[0]?.score ?? 0, kw.weak === true);
+  return boostAndSort(fused, terms, await halfLives(ctx, p.workspaceId));
 }
 
 /** Half-life of a page's folder: the nearest folder up its path that sets one. */
@@ -133,8 +146,8 @@ export async function searchPages(ctx: CoreContext, p: Principal, opts: SearchOp
   const terms = queryTerms(opts.q);
   const out: SearchResult = { mode: opts.mode, mode_used: opts.mode, results: [] };
 
-  const kwSections = opts.mode === 'vector' ? [] : await keywordList(ctx, p, scope, terms);
-  const kw = byPage(kwSections);
+  const kwSections: KeywordList = opts.mode === 'vector' ? [] : await keywordList(ctx, p, scope, terms);
+  const kw: KeywordList = Object.assign(byPage(kwSections), { weak: kwSections.weak });
   let vec: Candidate[] = [];
   if (opts.mode !== 'fts') {
     const list = await vectorList(ctx, p, scope, opts.q, VECTOR_DEPTH);
@@ -142,17 +155,13 @@ export async function searchPages(ctx: CoreContext, p: Principal, opts: SearchOp
       out.mode_used = 'fts';
       out.note = `embeddings are unavailable (${ctx.retrieval.provider.provider}); ranked by keyword (fts)`;
       if (opts.mode === 'vector') return searchPages(ctx, p, { ...opts, mode: 'fts' }).then((r) => ({ ...r, mode: 'vector', mode_used: 'fts', note: out.note! }));
-    } else vec = byPage(list.filter((c) => c.score >= VECTOR_FLOOR));
+    } else vec = byPage(list);
   }
 
-  let ranked: { c: Candidate; score: number; fromKeyword: boolean }[];
-  if (opts.mode === 'fts') ranked = kw.map((c) => ({ c, score: c.score, fromKeyword: true }));
-  else if (opts.mode === 'vector') ranked = vec.map((c) => ({ c, score: c.score, fromKeyword: false }));
-  else {
-    const fused = fuse(kw, vec, (c) => c.page_id, vec[0]?.score ?? 0, kwSections.weak === true);
-    const sorted = boostAndSort(fused, terms, await halfLives(ctx, p.workspaceId));
-    ranked = sorted.map((f) => ({ c: f.item, score: f.score, fromKeyword: f.keywordRank !== null }));
-  }
+  let ranked: { c: Candidate; score: number }[];
+  if (opts.mode === 'fts') ranked = kw.map((c) => ({ c, score: c.score }));
+  else if (opts.mode === 'vector') ranked = vec.map((c) => ({ c, score: c.score }));
+  else ranked = (await rankHybrid(ctx, p, kw, vec, (c) => c.page_id, terms)).map((f) => ({ c: f.item, score: f.score }));
   out.results = ranked.slice(0, opts.limit).map(({ c, score }) => ({
     id: c.page_id,
     path: c.path,
