@@ -1,16 +1,9 @@
 /** Deterministic page contents and randomness for the benchmarks. */
 
-/** mulberry32: a small seeded PRNG, so runs pick the same pages. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** mulberry32: a small seeded PRNG, so runs pick the same pages (the tests' own). */
+import { prng as rng } from '../test/support/random.js';
+
+export { rng };
 
 const WORDS = (
   'deploy service cluster runbook incident review owner team latency budget schema migration rollout ' +

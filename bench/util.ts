@@ -5,6 +5,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
+import { authenticate } from '../src/auth/resolve.js';
+import type { CoreContext } from '../src/core/context.js';
+import type { Principal } from '../src/policy/principal.js';
 
 /** The repository root (bench/..). */
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
@@ -374,4 +377,17 @@ export function runStandalone(run: () => Promise<unknown>): void {
       process.exit(1);
     },
   );
+}
+
+/** The principal an agent key resolves to, as the REST face would resolve it (benchmarks call the core directly). */
+export function agentPrincipal(ctx: CoreContext, key: string): Promise<Principal> {
+  return authenticate(ctx, {
+    authorization: `Bearer ${key}`,
+    sessionToken: undefined,
+    csrfHeader: undefined,
+    csrfCookie: undefined,
+    unsafe: true,
+    ip: '127.0.0.1',
+    workspace: undefined,
+  });
 }

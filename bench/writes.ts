@@ -8,7 +8,6 @@
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { sql } from 'kysely';
-import { authenticate } from '../src/auth/resolve.js';
 import { loadConfig } from '../src/config.js';
 import type { CoreContext } from '../src/core/context.js';
 import { createPage, updatePage } from '../src/core/pages/write.js';
@@ -16,7 +15,7 @@ import type { Principal } from '../src/policy/principal.js';
 import { startServer, type RunningServer } from '../src/server.js';
 import { createAgentWithKey, signupHuman } from '../test/support/server.js';
 import { bigFolderPage, rng } from './content.js';
-import { load, log, makeTempDir, removeTempDir, round, SERVICE_ENV, startChild, summarizeMs, type LoadResult } from './util.js';
+import { agentPrincipal, load, log, makeTempDir, removeTempDir, round, SERVICE_ENV, startChild, summarizeMs, type LoadResult } from './util.js';
 
 export const FOLDER = 'bench/big';
 const DB_FILE = 'context-vault.sqlite';
@@ -70,15 +69,7 @@ export async function setupFixture(): Promise<Fixture> {
     const ctx = server.ctx;
     const human = await signupHuman(server.url, 'Bench');
     const agent = await createAgentWithKey(human.client, [{ action: 'read' }, { action: 'write' }], { name: 'bench-writer' });
-    const principal = await authenticate(ctx, {
-      authorization: `Bearer ${agent.key}`,
-      sessionToken: undefined,
-      csrfHeader: undefined,
-      csrfCookie: undefined,
-      unsafe: true,
-      ip: '127.0.0.1',
-      workspace: undefined,
-    });
+    const principal = await agentPrincipal(ctx, agent.key);
     const fx: Fixture = {
       dataDir,
       dbFile: path.join(dataDir, DB_FILE),

@@ -4,13 +4,12 @@
  * the retrieval runtime (`ctx.retrieval`) when the build has one.
  */
 import pg from 'pg';
-import { authenticate } from '../../src/auth/resolve.js';
 import { loadConfig } from '../../src/config.js';
 import type { CoreContext } from '../../src/core/context.js';
 import type { Principal } from '../../src/policy/principal.js';
 import { startServer, type RunningServer } from '../../src/server.js';
 import { createAgentWithKey, signupHuman } from '../../test/support/server.js';
-import { log, makeTempDir, removeTempDir, SERVICE_ENV } from '../util.js';
+import { agentPrincipal, log, makeTempDir, removeTempDir, SERVICE_ENV } from '../util.js';
 
 export interface Harness {
   server: RunningServer;
@@ -92,15 +91,7 @@ export async function openHarness(opts: { label: string; pgAdminUrl?: string | u
     const ctx = server.ctx;
     const human = await signupHuman(server.url, 'Bench');
     const agent = await createAgentWithKey(human.client, [{ action: 'read' }, { action: 'write' }, { action: 'search' }], { name: 'bench-retrieval' });
-    const principal = await authenticate(ctx, {
-      authorization: `Bearer ${agent.key}`,
-      sessionToken: undefined,
-      csrfHeader: undefined,
-      csrfCookie: undefined,
-      unsafe: true,
-      ip: '127.0.0.1',
-      workspace: undefined,
-    });
+    const principal = await agentPrincipal(ctx, agent.key);
     const rt = runtimeOf(ctx);
     log(`service up (${ctx.store.dialect}); retrieval runtime: ${rt ? `${rt.provider?.provider ?? '?'}:${rt.provider?.model ?? '?'}:${rt.provider?.dimensions ?? '?'}` : 'absent (vector/hybrid fall back to fts)'}`);
     return {

@@ -5,18 +5,11 @@ import { createTestDatabase, testEngines } from '../support/engines.js';
 import { expectError } from '../support/expect.js';
 import { Client, createAgentWithKey, signupHuman, startServerOn, startTestServer, type TestServer } from '../support/server.js';
 import { waitForVectors } from '../support/embeddings-server.js';
+import type { SearchHit } from '../../src/retrieval/search.js';
 
 const enc = encodeURIComponent;
 
-interface Hit {
-  id: string;
-  path: string;
-  title: string;
-  snippet: string;
-  score: number;
-  state: string;
-  section: string;
-}
+type Hit = SearchHit;
 
 
 /** Search, backlinks and related over real HTTP. */

@@ -3,16 +3,9 @@ import type { RunningServer } from '../../src/server.js';
 import { createTestDatabase, testEngines, type TestDatabase } from '../support/engines.js';
 import { Client, createAgentWithKey, signupHuman, startServerOn } from '../support/server.js';
 import { embeddingsServer, waitForVectors } from '../support/embeddings-server.js';
+import type { SearchHit } from '../../src/retrieval/search.js';
 
-interface Hit {
-  id: string;
-  path: string;
-  title: string;
-  snippet: string;
-  score: number;
-  state: string;
-  section: string;
-}
+type Hit = SearchHit;
 interface SearchBody {
   mode: string;
   mode_used: string;
