@@ -208,6 +208,38 @@ describe.each(testEngines())('vector index consistency (%s)', (engine) => {
 });
 
 describe.each(testEngines())('changing the embeddings provider or model (%s)', (engine) => {
+  it('never answers from a vector of text the page no longer has, while its new text waits to be embedded', async () => {
+    const tdb = await createTestDatabase(engine);
+    const fake = await embeddingsServer();
+    let server: RunningServer | undefined;
+    try {
+      server = await startServerOn(tdb, { EMBEDDINGS: 'openai', EMBEDDINGS_URL: fake.url, EMBEDDINGS_MODEL: 'fake-hash-16', EMBEDDINGS_TIMEOUT_MS: '2000', EMBEDDINGS_MAX_RETRIES: '0' });
+      const h = await signupHuman(server.url);
+      const page = await h.client.post('/api/v1/nodes', { path: 'zoo/stale.md', content: '# Okapi\n\nThe okapi lives in the rainforest.\n' });
+      expect(page.status).toBe(201);
+      await waitForVectors(h.client);
+      expect(paths(await search(h.client, { q: 'okapi rainforest', mode: 'vector' }))).toContain('zoo/stale.md');
+      // The provider now chokes on the page's new text (queries still embed): its old vector stays behind.
+      fake.state.failIf = (t) => t.includes('pangolin');
+      expect((await h.client.put(`/api/v1/nodes/${page.body.id}`, { content: '# Pangolin\n\nThe pangolin eats ants at night.\n' })).status).toBe(200);
+      for (let i = 0; i < 200 && (await h.client.get('/readyz')).body.embeddings.status !== 'degraded'; i++) await sleep(25);
+      const ready = (await h.client.get('/readyz')).body.embeddings;
+      expect(ready).toMatchObject({ status: 'degraded', backlog: 1 });
+      const v = await search(h.client, { q: 'okapi rainforest', mode: 'vector' });
+      expect(v.mode_used).toBe('vector');
+      expect(paths(v)).not.toContain('zoo/stale.md');
+      // Keyword search is current at once; vectors follow when the provider takes the text.
+      expect(paths(await search(h.client, { q: 'pangolin', mode: 'fts' }))).toEqual(['zoo/stale.md']);
+      fake.state.failIf = undefined;
+      await waitForVectors(h.client, 15_000);
+      expect(paths(await search(h.client, { q: 'pangolin ants night', mode: 'vector' }))[0]).toBe('zoo/stale.md');
+    } finally {
+      await server?.close();
+      await fake.close();
+      await tdb.cleanup();
+    }
+  });
+
   it('re-embeds every page in the background with the new provider, and vector search uses it', async () => {
     const tdb = await createTestDatabase(engine);
     const fake = await embeddingsServer();

@@ -23,7 +23,15 @@ export function wordVector(text: string, dims = 16): number[] {
  * port chosen in advance (a provider that comes back where it was).
  */
 export async function embeddingsServer(mode: EmbeddingsMode = 'ok', port = 0) {
-  const state = { mode, requests: 0, inputs: [] as string[], models: [] as string[], auth: new Set<string>() };
+  const state = {
+    mode,
+    requests: 0,
+    inputs: [] as string[],
+    models: [] as string[],
+    auth: new Set<string>(),
+    /** In `ok` mode, a request with an input this accepts answers 500 (one text the provider chokes on). */
+    failIf: undefined as ((input: string) => boolean) | undefined,
+  };
   const hanging = new Set<http.ServerResponse>();
   const server = http.createServer((req, res) => {
     let raw = '';
@@ -40,11 +48,11 @@ export async function embeddingsServer(mode: EmbeddingsMode = 'ok', port = 0) {
         res.on('close', () => hanging.delete(res));
         return;
       }
-      if (state.mode === 'fail') {
+      const body = JSON.parse(raw) as { model: string; input: string[] };
+      if (state.mode === 'fail' || (state.failIf && body.input.some(state.failIf))) {
         res.writeHead(500, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message: 'the model is overloaded', type: 'server_error' } }));
         return;
       }
-      const body = JSON.parse(raw) as { model: string; input: string[] };
       state.models.push(body.model);
       state.inputs.push(...body.input);
       res.writeHead(200, { 'content-type': 'application/json' }).end(
