@@ -3,6 +3,8 @@
  * throwaway PostgreSQL database), a principal that may read, write and search, and access to
  * the retrieval runtime (`ctx.retrieval`) when the build has one.
  */
+import fs from 'node:fs';
+import path from 'node:path';
 import pg from 'pg';
 import { loadConfig } from '../../src/config.js';
 import type { CoreContext } from '../../src/core/context.js';
@@ -69,8 +71,10 @@ export async function throwawayPg(adminUrl: string, label: string): Promise<{ ur
 }
 
 /** Starts the service in-process and returns a principal (an agent with read, write and search). */
-export async function openHarness(opts: { label: string; pgAdminUrl?: string | undefined; env?: Record<string, string> }): Promise<Harness> {
-  const dataDir = makeTempDir(opts.label);
+export async function openHarness(opts: { label: string; pgAdminUrl?: string | undefined; env?: Record<string, string>; keepDir?: string | undefined }): Promise<Harness> {
+  // keepDir: a SQLite store kept between runs (loaded once, measured many times); the bench key is saved beside it.
+  const dataDir = opts.keepDir ?? makeTempDir(opts.label);
+  const keyFile = path.join(dataDir, 'bench-agent-key');
   let dropPg: (() => Promise<void>) | undefined;
   let databaseUrl: string | undefined;
   if (opts.pgAdminUrl) {
@@ -89,9 +93,14 @@ export async function openHarness(opts: { label: string; pgAdminUrl?: string | u
     });
     const server = await startServer(config, { logger: false });
     const ctx = server.ctx;
-    const human = await signupHuman(server.url, 'Bench');
-    const agent = await createAgentWithKey(human.client, [{ action: 'read' }, { action: 'write' }, { action: 'search' }], { name: 'bench-retrieval' });
-    const principal = await agentPrincipal(ctx, agent.key);
+    let key: string;
+    if (opts.keepDir && fs.existsSync(keyFile)) key = fs.readFileSync(keyFile, 'utf8').trim();
+    else {
+      const human = await signupHuman(server.url, 'Bench');
+      key = (await createAgentWithKey(human.client, [{ action: 'read' }, { action: 'write' }, { action: 'search' }], { name: 'bench-retrieval' })).key;
+      if (opts.keepDir) fs.writeFileSync(keyFile, key, { mode: 0o600 });
+    }
+    const principal = await agentPrincipal(ctx, key);
     const rt = runtimeOf(ctx);
     log(`service up (${ctx.store.dialect}); retrieval runtime: ${rt ? `${rt.provider?.provider ?? '?'}:${rt.provider?.model ?? '?'}:${rt.provider?.dimensions ?? '?'}` : 'absent (vector/hybrid fall back to fts)'}`);
     return {
@@ -101,12 +110,12 @@ export async function openHarness(opts: { label: string; pgAdminUrl?: string | u
       engine: ctx.store.dialect,
       close: async () => {
         await server.close();
-        removeTempDir(dataDir);
+        if (!opts.keepDir) removeTempDir(dataDir);
         if (dropPg) await dropPg();
       },
     };
   } catch (e) {
-    removeTempDir(dataDir);
+    if (!opts.keepDir) removeTempDir(dataDir);
     if (dropPg) await dropPg();
     throw e;
   }

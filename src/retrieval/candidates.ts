@@ -3,37 +3,16 @@ import type { CoreContext } from '../core/context.js';
 import { ceilingFor } from '../policy/access.js';
 import type { Action, Principal } from '../policy/principal.js';
 import { atOrBelow, isLevel, LEVELS, rank, type Level } from '../policy/sensitivity.js';
-import { stemmer } from 'stemmer';
 import { hashTag, textHash, windowEmbedText } from './embed-text.js';
 import { fts5Match, pgTsQuery } from './keyword.js';
-
-/**
- * In the any-word fallback, a word found in more than this many sections is dropped while a
- * rarer one remains: its bm25 weight is small, and ranking every section it matches was most of
- * the time of slow queries at 100,000 pages.
- */
-const OR_MAX_DOCS = 10_000;
-
-/** The terms worth an any-word query, from their section counts: all in a small workspace, the selective ones in a large one. */
-export function selectiveTerms(terms: string[], docs: Map<string, number>): string[] {
-  const keep = terms.filter((t) => (docs.get(t) ?? 0) <= OR_MAX_DOCS);
-  return keep.length > 0 ? keep : terms;
-}
-
-/**
- * How many sections (of every workspace) hold each query term, by its Porter stem as the
- * SQLite index stores it; null on PostgreSQL, where counting would mean a scan.
- */
-export async function termDocCounts(ctx: CoreContext, terms: string[]): Promise<Map<string, number> | null> {
-  if (ctx.store.dialect !== 'sqlite' || terms.length === 0) return ctx.store.dialect === 'sqlite' ? new Map() : null;
-  const stems = terms.map((t) => stemmer(t));
-  const rows = (await sql<{ term: string; doc: number }>`select term, doc from page_sections_vocab where term in (${sql.join([...new Set(stems)])})`.execute(ctx.store.db)).rows;
-  const doc = new Map(rows.map((r) => [r.term, Number(r.doc)]));
-  return new Map(terms.map((t, i) => [t, doc.get(stems[i]!) ?? 0]));
-}
+import type { KeywordPlan } from './keyword-plan.js';
 
 /** Keyword matches ranked by the index alone before joins and filters (SQLite). */
 const FTS_PREFILTER = 2000;
+/** Unscored (every word common) matches come newest first: fewer suffice before the filters. */
+const UNSCORED_PREFILTER = 500;
+/** bm25 weights: title 10, heading 4, text 1; lower is better, so scores are its negation. */
+const BM25 = sql`bm25(page_sections_fts, 10.0, 4.0, 1.0)`;
 
 /** Nearest rows looked up at most per vector query before filters give up. */
 const VECTOR_SCAN_CAP = 12_800;
@@ -129,7 +108,8 @@ function allowedLevels(p: Principal, action: Action): Level[] | null {
 }
 
 /** Keyword-matching sections, best first, that the caller may see (at most `limit`). */
-export async function keywordCandidates(ctx: CoreContext, p: Principal, scope: Scope, terms: string[], op: 'AND' | 'OR', limit: number): Promise<Candidate[]> {
+export async function keywordCandidates(ctx: CoreContext, p: Principal, scope: Scope, plan: KeywordPlan, limit: number): Promise<Candidate[]> {
+  const { terms, op } = plan;
   const allowed = allowedLevels(p, scope.action);
   if (allowed === null || terms.length === 0) return [];
   const db = ctx.store.db;
@@ -147,31 +127,41 @@ export async function keywordCandidates(ctx: CoreContext, p: Principal, scope: S
       limit ${limit}`.execute(db)
     ).rows;
   } else {
-    // bm25 weights: title 10, heading 4, text 1; lower is better, so the score is its negation.
     // First the best FTS_PREFILTER matches from the index alone, then the joins and filters on
     // those: a common word matches tens of thousands of sections, and joining them all before
     // the sort was most of a slow query. When the filters leave too few, the full query runs.
     const match = fts5Match(terms, op);
+    // The ranked matches: all scored by bm25, the newest `newest` scored, or (every word
+    // common) the newest unscored. Ties and unscored rows go newest first.
+    const hits = !plan.scored
+      ? sql`select rowid as rid, 0.0 as b from page_sections_fts where page_sections_fts match ${match} order by rowid desc limit ${UNSCORED_PREFILTER}`
+      : plan.newest !== null
+        ? sql`select rid, b from (select rowid as rid, ${BM25} as b from page_sections_fts where page_sections_fts match ${match} order by rowid desc limit ${plan.newest}) order by b, rid desc limit ${FTS_PREFILTER}`
+        : sql`select rowid as rid, ${BM25} as b from page_sections_fts where page_sections_fts match ${match} order by b, rowid desc limit ${FTS_PREFILTER}`;
+    // Two steps: the filters pick the best `limit` (from a covering index, migration 006), and
+    // only those rows are read whole (a section's text, a page's columns past its body).
     rows = (
       await sql<Candidate>`
-      with hits as (
-        select rowid as rid, bm25(page_sections_fts, 10.0, 4.0, 1.0) as b from page_sections_fts
-        where page_sections_fts match ${match} order by b limit ${FTS_PREFILTER})
-      select ${COLS}, -hits.b as score
-      from hits cross join page_sections s cross join pages p
-      where s.id = hits.rid and p.id = s.page_id and ${w}
-      order by hits.b, s.id
-      limit ${limit}`.execute(db)
+      with hits as (${hits}),
+      top as materialized (
+        select hits.rid, hits.b from hits cross join page_sections s cross join pages p
+        where s.id = hits.rid and p.id = s.page_id and ${w}
+        order by hits.b, hits.rid desc limit ${limit})
+      select ${COLS}, -top.b as score
+      from top cross join page_sections s cross join pages p
+      where s.id = top.rid and p.id = s.page_id
+      order by top.b, top.rid desc`.execute(db)
     ).rows;
-    if (rows.length < limit) {
+    if (rows.length < limit && plan.scored && plan.newest === null) {
+      // The filters left too few of the best FTS_PREFILTER: rank every match that passes them.
       rows = (
         await sql<Candidate>`
-        select ${COLS}, -bm25(page_sections_fts, 10.0, 4.0, 1.0) as score
+        select ${COLS}, -${BM25} as score
         from page_sections_fts
         join page_sections s on s.id = page_sections_fts.rowid
         join pages p on p.id = s.page_id
         where page_sections_fts match ${match} and ${w}
-        order by bm25(page_sections_fts, 10.0, 4.0, 1.0), s.id
+        order by ${BM25}, s.id desc
         limit ${limit}`.execute(db)
       ).rows;
     }

@@ -2,7 +2,8 @@ import type { CoreContext } from '../core/context.js';
 import { badRequest, forbidden } from '../core/errors.js';
 import { hasActionWithin } from '../policy/access.js';
 import type { Principal } from '../policy/principal.js';
-import { keywordCandidates, selectiveTerms, termDocCounts, vectorCandidates, type Candidate, type Scope } from './candidates.js';
+import { keywordCandidates, vectorCandidates, type Candidate, type Scope } from './candidates.js';
+import { keywordPlan, termDocCounts } from './keyword-plan.js';
 import { EmbeddingUnavailableError } from './embeddings/provider.js';
 import { boostAndSort, fuse, VECTOR_FLOOR, type Fused } from './hybrid.js';
 import { queryTerms } from './keyword.js';
@@ -43,7 +44,7 @@ export interface SearchResult {
 }
 
 /** Sections looked at per list before grouping by page (results are at most 50 pages). */
-const CANDIDATES = 200;
+const CANDIDATES = 100;
 /** Vector sections looked at for search: fusion uses the top 50 pages or so of each list. */
 const VECTOR_DEPTH = 100;
 const SNIPPET_CHARS = 240;
@@ -80,19 +81,29 @@ function byPage(list: Candidate[]): Candidate[] {
  * Keyword sections: every term in one section is the precise answer; when nothing has them all,
  * any term. `weak` marks a keyword list that likely missed: it needed the any-word fallback and
  * some word is in no section at all (a misspelling, as far as the index can tell; on PostgreSQL,
- * which has no cheap word counts, any fallback).
+ * which has no cheap word counts, any fallback). Each query is planned within the scoring budget
+ * (keywordPlan); a bounded plan that leaves almost nothing in scope is run again unbounded.
  */
 export async function keywordList(ctx: CoreContext, p: Principal, scope: Scope, terms: string[], limit = CANDIDATES): Promise<KeywordList> {
-  const list = await keywordCandidates(ctx, p, scope, terms, 'AND', limit);
-  if (list.length > 0 || terms.length <= 1) return list;
-  // One count of the words serves both: which to keep in the any-word query, and whether one is unknown.
-  const docs = await termDocCounts(ctx, terms);
+  if (terms.length === 0) return [];
+  const docs = await termDocCounts(ctx.store, terms);
+  const run = async (op: 'AND' | 'OR', words: string[]) => {
+    const plan = keywordPlan(words, op, docs);
+    const list = await keywordCandidates(ctx, p, scope, plan, limit);
+    if ((plan.scored && plan.newest === null) || list.length >= Math.min(limit, BOUNDED_MIN)) return list;
+    return keywordCandidates(ctx, p, scope, { ...plan, scored: true, newest: null }, limit);
+  };
+  const all = await run('AND', terms);
+  if (all.length > 0 || terms.length <= 1) return all;
   const weak = docs === null || terms.some((t) => docs.get(t) === 0);
-  const anyOf = docs === null ? terms : selectiveTerms(terms, docs);
-  return Object.assign(await keywordCandidates(ctx, p, scope, anyOf, 'OR', limit), { weak });
+  return Object.assign(await run('OR', terms), { weak, anyWord: true });
 }
 
-export type KeywordList = Candidate[] & { weak?: boolean };
+/** A bounded plan that finds fewer sections than this (a narrow scope) is run again over every match. */
+const BOUNDED_MIN = 20;
+
+/** `anyWord`: no section held every term, so the list ranks sections holding any of them. */
+export type KeywordList = Candidate[] & { weak?: boolean; anyWord?: boolean };
 
 /** Vector sections at or above VECTOR_FLOOR, or null when the provider cannot embed the query now. */
 export async function vectorList(ctx: CoreContext, p: Principal, scope: Scope, q: string, limit = CANDIDATES): Promise<Candidate[] | null> {
@@ -111,7 +122,7 @@ export async function vectorList(ctx: CoreContext, p: Principal, scope: Scope, q
  * bundle, told apart by `key`): fused, then boosted by title and freshness. Best first.
  */
 export async function rankHybrid(ctx: CoreContext, p: Principal, kw: KeywordList, vec: Candidate[], key: (c: Candidate) => string, terms: string[]): Promise<Fused<Candidate>[]> {
-  const fused = fuse(kw, vec, key, vec[0]?.score ?? 0, kw.weak === true);
+  const fused = fuse(kw, vec, key, vec[0]?.score ?? 0, kw.weak === true, kw.anyWord === true);
   return boostAndSort(fused, terms, await halfLives(ctx, p.workspaceId));
 }
 
@@ -147,7 +158,7 @@ export async function searchPages(ctx: CoreContext, p: Principal, opts: SearchOp
   const out: SearchResult = { mode: opts.mode, mode_used: opts.mode, results: [] };
 
   const kwSections: KeywordList = opts.mode === 'vector' ? [] : await keywordList(ctx, p, scope, terms);
-  const kw: KeywordList = Object.assign(byPage(kwSections), { weak: kwSections.weak });
+  const kw: KeywordList = Object.assign(byPage(kwSections), { weak: kwSections.weak, anyWord: kwSections.anyWord });
   let vec: Candidate[] = [];
   if (opts.mode !== 'fts') {
     const list = await vectorList(ctx, p, scope, opts.q, VECTOR_DEPTH);

@@ -5,6 +5,7 @@ import * as m002 from './migrations/002_identity.js';
 import * as m003 from './migrations/003_collaboration.js';
 import * as m004 from './migrations/004_retrieval.js';
 import * as m005 from './migrations/005_vectors.js';
+import * as m006 from './migrations/006_search_filters.js';
 
 interface Migration {
   name: string;
@@ -18,6 +19,7 @@ const MIGRATIONS: Migration[] = [
   { name: '003_collaboration', up: m003.up },
   { name: '004_retrieval', up: m004.up },
   { name: '005_vectors', up: m005.up },
+  { name: '006_search_filters', up: m006.up },
 ];
 
 export async function migrate<T>(db: Kysely<T>, dialect: Dialect): Promise<string[]> {
