@@ -10,8 +10,13 @@ import { tokenCount, truncateToTokens } from './tokens.js';
 export const BUNDLE_MIN_TOKENS = 200;
 export const BUNDLE_MAX_TOKENS = 64_000;
 export const BUNDLE_DEFAULT_TOKENS = 4000;
-/** Sections ranked per list before packing. */
-const DEPTH = 200;
+/**
+ * Sections ranked per list before packing: about one per 40 tokens of budget (a section is
+ * 100–400 tokens, and near-duplicates drop out), from 50 up to 200.
+ */
+export function rankDepth(budgetTokens: number): number {
+  return Math.min(200, Math.max(50, Math.ceil(budgetTokens / 40)));
+}
 /** Two sections sharing this much of their word 5-grams are one: the second is dropped. */
 const NEAR_DUPLICATE = 0.8;
 /** A section cut to fit keeps at least this many tokens of text, or is left out. */
@@ -98,8 +103,9 @@ export async function buildBundle(ctx: CoreContext, p: Principal, opts: BundleOp
   const scope: Scope = { action: 'read', ...parseScope(opts.scope), includeArchived: opts.includeArchived };
   const terms = queryTerms(intent);
 
-  const kw = await keywordList(ctx, p, scope, terms, DEPTH);
-  const vec = (await vectorList(ctx, p, scope, intent, DEPTH)) ?? [];
+  const depth = rankDepth(opts.budgetTokens);
+  const kw = await keywordList(ctx, p, scope, terms, depth);
+  const vec = (await vectorList(ctx, p, scope, intent, depth)) ?? [];
   const ranked = await rankHybrid(ctx, p, kw, vec, (c) => `${c.page_id}\u0000${c.ord}`, terms);
 
   const header = `# Context: ${intent.replace(/\s+/g, ' ').slice(0, 200)}\n`;

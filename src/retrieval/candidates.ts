@@ -107,6 +107,19 @@ function allowedLevels(p: Principal, action: Action): Level[] | null {
   return ceiling === null ? null : LEVELS.filter((l) => atOrBelow(l, ceiling));
 }
 
+/**
+ * The windows as a table `j(page_id, ord, last)` from one parameter (three arrays on
+ * PostgreSQL), so the statement's text, and its cached prepared statement, is the same
+ * whatever the number of windows.
+ */
+function windowList(ctx: CoreContext, hits: { pageId: string; ord: number; last: number }[]): RawBuilder<unknown> {
+  if (ctx.store.dialect === 'postgres') {
+    return sql`unnest(${hits.map((h) => h.pageId)}::text[], ${hits.map((h) => h.ord)}::int[], ${hits.map((h) => h.last)}::int[]) as j(page_id, ord, last)`;
+  }
+  const json = JSON.stringify(hits.map((h) => [h.pageId, h.ord, h.last]));
+  return sql`(select json_extract(value, '$[0]') as page_id, json_extract(value, '$[1]') as ord, json_extract(value, '$[2]') as last from json_each(${json})) as j`;
+}
+
 /** Keyword-matching sections, best first, that the caller may see (at most `limit`). */
 export async function keywordCandidates(ctx: CoreContext, p: Principal, scope: Scope, plan: KeywordPlan, limit: number): Promise<Candidate[]> {
   const { terms, op } = plan;
@@ -179,22 +192,23 @@ export async function vectorCandidates(ctx: CoreContext, p: Principal, scope: Sc
   if (allowed === null) return [];
   const m = await ctx.retrieval.matrix(p.workspaceId);
   if (!m || m.dims !== query.length) return [];
+  const rows = m.rows;
   const w = where(p, scope, allowed);
   const out: Candidate[] = [];
   // Each window gives at least one section: `limit` windows usually suffice; more only when filters drop some.
   let k = Math.max(limit, 50);
   let seen = 0;
   for (;;) {
-    const hits = m.top(query, Math.min(k, m.rows));
+    const hits = m.top(query, Math.min(k, rows));
     const batch = hits.slice(seen);
     seen = hits.length;
     for (let i = 0; i < batch.length; i += 400) {
       const part = batch.slice(i, i + 400);
-      const pages = [...new Set(part.map((h) => h.pageId))];
+      // Only the windows' own sections, each read once however many windows share its page.
       const rows = (
         await sql<Omit<Candidate, 'score'>>`
-        select ${COLS} from page_sections s cross join pages p
-        where s.page_id in (${sql.join(pages)}) and p.id = s.page_id and ${w}
+        select ${COLS} from ${windowList(ctx, part)} cross join page_sections s cross join pages p
+        where s.page_id = j.page_id and s.ord between j.ord and j.last and p.id = s.page_id and ${w}
         order by s.page_id, s.ord`.execute(ctx.store.db)
       ).rows;
       const byPage = new Map<string, Omit<Candidate, 'score'>[]>();
@@ -214,7 +228,7 @@ export async function vectorCandidates(ctx: CoreContext, p: Principal, scope: Sc
       }
     }
     // Narrow scopes in a large workspace: stop after the nearest VECTOR_SCAN_CAP rows (keyword search covers the rest).
-    if (out.length >= limit || seen >= m.rows || k >= VECTOR_SCAN_CAP) return out.slice(0, limit);
+    if (out.length >= limit || seen >= rows || k >= VECTOR_SCAN_CAP) return out.slice(0, limit);
     k *= 8;
   }
 }

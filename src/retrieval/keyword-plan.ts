@@ -45,7 +45,7 @@ export function keywordPlan(terms: string[], op: 'AND' | 'OR', docs: Map<string,
   if (docs === null || terms.length === 0) return { terms, op, scored: true, newest: null };
   const count = (t: string) => docs.get(t) ?? 0;
   const rare = terms.filter((t) => count(t) <= COMMON_DOCS);
-  if (rare.length === 0) return { terms, op, scored: false, newest: SCORE_BUDGET };
+  if (rare.length === 0) return { terms, op, scored: false, newest: null };
   if (op === 'AND') return { terms: rare, op, scored: true, newest: Math.min(...rare.map(count)) > SCORE_BUDGET ? SCORE_BUDGET : null };
   let total = 0;
   const chosen = new Set([...rare].sort((a, b) => count(a) - count(b)).filter((t, i) => (total += count(t)) <= SCORE_BUDGET || i === 0));
@@ -69,25 +69,33 @@ export async function termDocCounts(store: Store, terms: string[]): Promise<Map<
   let cache = countCaches.get(store);
   if (!cache) countCaches.set(store, (cache = new Map()));
   const now = Date.now();
-  const stems = terms.map((t) => stemmer(t));
-  const missing = [...new Set(stems)].filter((s) => {
+  const stems = terms.map(indexStem);
+  const counts = new Map<string, number>();
+  const missing: string[] = [];
+  for (const s of new Set(stems)) {
     const c = cache.get(s);
-    return !c || now - c.at > COUNT_TTL_MS;
-  });
-  const fresh = new Map<string, number>();
+    if (c && now - c.at <= COUNT_TTL_MS) counts.set(s, c.n);
+    else missing.push(s);
+  }
   if (missing.length > 0) {
     const rows = (await sql<{ term: string; doc: number }>`select term, doc from page_sections_vocab where term in (${sql.join(missing)})`.execute(store.db)).rows;
     const found = new Map(rows.map((r) => [r.term, Number(r.doc)]));
-    if (cache.size + missing.length > COUNT_CACHE_MAX) cache.clear();
+    if (cache.size + missing.length > COUNT_CACHE_MAX) {
+      for (const [k, c] of cache) if (now - c.at > COUNT_TTL_MS) cache.delete(k);
+      if (cache.size + missing.length > COUNT_CACHE_MAX) cache.clear();
+    }
     for (const s of missing) {
       const n = found.get(s) ?? 0;
+      counts.set(s, n);
       // Only costly counts are kept: a rare word's is read fresh, so new words count at once.
       if (n >= CACHE_FROM) cache.set(s, { n, at: now });
-      else {
-        cache.delete(s);
-        fresh.set(s, n);
-      }
+      else cache.delete(s);
     }
   }
-  return new Map(terms.map((t, i) => [t, fresh.get(stems[i]!) ?? cache.get(stems[i]!)!.n]));
+  return new Map(terms.map((t, i) => [t, counts.get(stems[i]!)!]));
+}
+
+/** A query term as the SQLite index stores it: diacritics removed (remove_diacritics), then the Porter stem. */
+function indexStem(term: string): string {
+  return stemmer(term.normalize('NFKD').replace(/\p{M}/gu, ''));
 }

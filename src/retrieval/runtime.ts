@@ -6,7 +6,7 @@ import { EmbedWorker, VECTOR_LOG_KEEP_MS } from './embed-worker.js';
 import { BuiltinEmbeddings } from './embeddings/builtin.js';
 import { OpenAIEmbeddings } from './embeddings/openai.js';
 import { modelKey, type EmbeddingProvider } from './embeddings/provider.js';
-import { VectorMatrix, type RowHit } from './vectors/matrix.js';
+import { VectorMatrix } from './vectors/matrix.js';
 
 interface Loaded {
   matrix: VectorMatrix | null;
@@ -85,13 +85,6 @@ export class RetrievalRuntime {
     if (this.queryCache.size >= QUERY_CACHE) this.queryCache.delete(this.queryCache.keys().next().value as string);
     this.queryCache.set(q, v!);
     return v!;
-  }
-
-  /** The `k` sections of the workspace closest to the query vector (all pages; the caller filters). */
-  async nearest(workspaceId: string, query: Float32Array, k: number): Promise<RowHit[]> {
-    const m = await this.matrix(workspaceId);
-    if (!m || m.dims !== query.length) return [];
-    return m.top(query, k);
   }
 
   /** The workspace's matrix, current with every vector written so far (null while it has none). */

@@ -45,8 +45,8 @@ export interface SearchResult {
 
 /** Sections looked at per list before grouping by page (results are at most 50 pages). */
 const CANDIDATES = 100;
-/** Vector sections looked at for search: fusion uses the top 50 pages or so of each list. */
-const VECTOR_DEPTH = 100;
+/** Vector windows looked at for search (at least; twice the limit when more pages are asked for): fusion uses the top few dozen pages of each list. */
+const VECTOR_DEPTH = 50;
 const SNIPPET_CHARS = 240;
 
 function escapeRegExp(s: string): string {
@@ -161,7 +161,7 @@ export async function searchPages(ctx: CoreContext, p: Principal, opts: SearchOp
   const kw: KeywordList = Object.assign(byPage(kwSections), { weak: kwSections.weak, anyWord: kwSections.anyWord });
   let vec: Candidate[] = [];
   if (opts.mode !== 'fts') {
-    const list = await vectorList(ctx, p, scope, opts.q, VECTOR_DEPTH);
+    const list = await vectorList(ctx, p, scope, opts.q, Math.max(VECTOR_DEPTH, 2 * opts.limit));
     if (list === null) {
       out.mode_used = 'fts';
       out.note = `embeddings are unavailable (${ctx.retrieval.provider.provider}); ranked by keyword (fts)`;

@@ -82,7 +82,44 @@ function expectSameTop(m: VectorMatrix, ref: Reference, q: Float32Array, k: numb
   expect(problems, `k=${k}`).toEqual([]);
 }
 
+/** Every row's approximate score is within the scan's stated error of its exact score. */
+function expectWithinBound(m: VectorMatrix, scored: { pageId: string; ord: number; score: number }[], q: Float32Array): void {
+  const scan = m.scan(q, m.rows);
+  const exact = new Map(scored.map((h) => [key(h), h.score]));
+  let worst = 0;
+  for (const h of scan.hits) worst = Math.max(worst, Math.abs(h.score - exact.get(key(h))!));
+  expect(scan.hits).toHaveLength(m.rows);
+  expect(worst).toBeLessThanOrEqual(scan.error);
+}
+
 describe('VectorMatrix', () => {
+  it('keeps the quantization error within its bound for skewed vectors, and widens its candidates until the answer is exact', () => {
+    const dims = 64;
+    const rnd = prng(7);
+    const m = new VectorMatrix(dims);
+    const ref = new Reference();
+    // Rows nearly alike (scores differ by less than the error bound) plus some with one huge
+    // component (coarse codes): the first candidates cannot prove the top k, so exactTop must widen.
+    const base = unitVector(rnd, dims);
+    for (let p = 0; p < 400; p++) {
+      const v = Float32Array.from(base, (x) => x + (rnd() - 0.5) * 0.01);
+      if (p % 50 === 0) v[p % dims] = 40;
+      let n = 0;
+      for (const x of v) n += x * x;
+      const unit = v.map((x) => x / Math.sqrt(n));
+      m.setPage(`p${p}`, [{ ord: 0, vec: unit, tag: p }]);
+      ref.setPage(`p${p}`, [{ ord: 0, vec: unit, tag: p }]);
+    }
+    const q = Float32Array.from(base, (x) => x + (rnd() - 0.5) * 0.02);
+    const scored = ref.scored(q);
+    expectWithinBound(m, scored, q);
+    // The int8 scores cannot order these rows; the f32 rescoring of widened candidates does.
+    const got = m.top(q, 5);
+    expect(got.map(key)).toEqual(scored.slice(0, 5).map(key));
+    expect(got.map((h) => h.score)).toEqual(scored.slice(0, 5).map((h) => expect.closeTo(h.score, 6)));
+    for (const k of [1, 20, 100, 399, 400]) expectSameTop(m, ref, q, k, scored);
+  });
+
   for (const dims of [1, 3, 7, 8, 9, 16, 17, 31, 100, 384, 512, 1537]) {
     it(`finds the same top k as a plain scan (${dims} dimensions), through sets, replaces and removes`, () => {
       const rnd = prng(dims * 7919);
@@ -108,6 +145,7 @@ describe('VectorMatrix', () => {
           const q = unitVector(rnd, dims);
           const scored = ref.scored(q);
           for (const k of [1, 5, 10, 50, ref.rows, ref.rows + 10]) expectSameTop(m, ref, q, k, scored);
+          expectWithinBound(m, scored, q);
         }
       };
       check();
@@ -131,9 +169,9 @@ describe('VectorMatrix', () => {
       // A row's own vector is its best match (cosine 1).
       const [first] = [...ref.pages.values()];
       if (first) {
-        const top = m.top(first[0]!.vec, 1)[0]!;
-        if (dims > 1) expect(top.pageId).toBe(first[0]!.pageId); // with one dimension every vector is ±1: ties
-        expect(top.score).toBeCloseTo(1, 5);
+        const best = (m.top(first[0]!.vec, 1))[0]!;
+        if (dims > 1) expect(best.pageId).toBe(first[0]!.pageId); // with one dimension every vector is ±1: ties
+        expect(best.score).toBeCloseTo(1, 5);
       }
       for (const id of [...ref.pages.keys()]) {
         m.removePage(id);
@@ -145,22 +183,37 @@ describe('VectorMatrix', () => {
     });
   }
 
-  it('pads dimensions that are not a multiple of 8 with zeros (old row contents never leak into a score)', () => {
+  it('pads dimensions that are not a multiple of 16 with zeros (old row contents never leak into a score)', () => {
     const dims = 5;
     const m = new VectorMatrix(dims);
+    const ref = new Reference();
+    const set = (id: string, vecs: { ord: number; vec: Float32Array; tag: number }[]) => {
+      m.setPage(id, vecs);
+      ref.setPage(id, vecs);
+    };
     const one = (i: number) => Float32Array.from({ length: dims }, (_, j) => (j === i ? 1 : 0));
-    m.setPage('a', [{ ord: 0, vec: one(0), tag: 1 }]);
-    m.setPage('b', [{ ord: 0, vec: one(4), tag: 2 }, { ord: 1, vec: one(2), tag: 3 }]);
-    m.setPage('c', [{ ord: 0, vec: one(1), tag: 4 }]);
+    set('a', [{ ord: 0, vec: one(0), tag: 1 }]);
+    set('b', [{ ord: 0, vec: one(4), tag: 2 }, { ord: 1, vec: one(2), tag: 3 }]);
+    set('c', [{ ord: 0, vec: one(1), tag: 4 }]);
     m.removePage('a'); // c's row moves into a's slot
-    m.setPage('b', [{ ord: 0, vec: one(3), tag: 5 }]); // b shrinks and moves
+    ref.removePage('a');
+    set('b', [{ ord: 0, vec: one(3), tag: 5 }]); // b shrinks and moves
+    // The scan alone (no rescoring) already separates them: old codes of moved rows never count.
+    const scan = m.scan(one(3), 10);
+    expect(scan.complete).toBe(true);
+    expect(scan.hits.map((h) => [h.pageId, h.ord, h.tag])).toEqual([
+      ['b', 0, 5],
+      ['c', 0, 4],
+    ]);
+    expect(scan.hits[0]!.score).toBeCloseTo(1, 4);
+    expect(scan.hits[1]!.score).toBe(0);
     const hits = m.top(one(3), 10);
     expect(hits.map((h) => [h.pageId, h.ord, h.tag, h.score])).toEqual([
       ['b', 0, 5, 1],
       ['c', 0, 4, 0],
     ]);
     expect(m.top(one(1), 1)).toEqual([{ pageId: 'c', ord: 0, last: 0, tag: 4, score: 1 }]);
-    expect(m.top(one(4), 2).every((h) => h.score === 0)).toBe(true);
+    expect((m.top(one(4), 2)).every((h) => h.score === 0)).toBe(true);
   });
 
   it('refuses vectors of the wrong size and bad dimensions; k <= 0 is empty', () => {
@@ -170,9 +223,11 @@ describe('VectorMatrix', () => {
     const m = new VectorMatrix(4);
     expect(() => m.setPage('x', [{ ord: 0, vec: new Float32Array(3), tag: 0 }])).toThrow(/dimensions/);
     m.setPage('y', [{ ord: 0, vec: Float32Array.from([1, 0, 0, 0]), tag: 0 }]);
+    expect(() => m.scan(new Float32Array(5), 1)).toThrow(/dimensions/);
     expect(() => m.top(new Float32Array(5), 1)).toThrow(/dimensions/);
     expect(m.top(Float32Array.from([1, 0, 0, 0]), 0)).toEqual([]);
     expect(m.top(Float32Array.from([1, 0, 0, 0]), -1)).toEqual([]);
+    expect(m.scan(Float32Array.from([1, 0, 0, 0]), 0).hits).toEqual([]);
   });
 
   it('holds many rows (memory grows, rows stay packed) and still matches the reference', () => {
@@ -186,7 +241,7 @@ describe('VectorMatrix', () => {
       ref.setPage(`p${p}`, vecs);
     }
     const before = m.bytes;
-    expect(before).toBeGreaterThan(6000 * dims * 4);
+    expect(before).toBeGreaterThan(6000 * dims); // a byte per dimension per row, at least
     for (let p = 0; p < 3000; p += 2) {
       m.removePage(`p${p}`);
       ref.removePage(`p${p}`);

@@ -14,33 +14,65 @@ export interface RowHit {
   score: number;
 }
 
+/** What a scan of the quantized matrix found: candidates by approximate score, and how far off they may be. */
+export interface Scan {
+  /** The `k` rows with the highest approximate scores, best first (scores approximate). */
+  hits: RowHit[];
+  /** True when every row is a candidate. */
+  complete: boolean;
+  /** The lowest approximate score among the candidates: every other row scored at most this. */
+  threshold: number;
+  /** A bound on |approximate − exact| for every row and this query. */
+  error: number;
+}
+
+/** Largest int8 code; rows are scaled so their largest component maps to it. */
+const CODE = 127;
+const I32_MAX = 2 ** 31 - 1;
+/** Float rounding in the scan and in exact rescoring, well above f32 epsilon at these magnitudes. */
+const SLACK = 1e-5;
+
 /**
- * One workspace's section vectors as a dense row-major f32 matrix in WebAssembly memory,
- * scanned exactly (every row, SIMD dot products: the vectors are unit length, so the dot is the
- * cosine). Rows are (page, section ord); a page's rows are replaced together and removed by
- * moving the last row into the hole, so the matrix stays packed.
+ * One workspace's section vectors, held twice: as a dense row-major int8 matrix in WebAssembly
+ * memory, scanned in full (SIMD integer dot products) for every query — a quarter of the bytes
+ * an f32 scan reads — and as the f32 vectors themselves, which rescore the scan's best rows
+ * exactly. Each int8 row keeps its own scale (its largest component maps to ±127), so the
+ * scan's scores are off by at most a bound known per row; `top` widens its candidates until no
+ * row left out could beat the k-th exact score, so its answer is the exact top k. Rows are
+ * (page, window of section ords); a page's rows are replaced together and removed by moving the
+ * last row into the hole, so the matrix stays packed.
  */
 export class VectorMatrix {
   private readonly instance = new WebAssembly.Instance(MODULE, {});
   private readonly memory = this.instance.exports.memory as WebAssembly.Memory;
-  private readonly scanFn = this.instance.exports.scan as (m: number, rows: number, dims: number, q: number, out: number) => void;
+  private readonly scanFn = this.instance.exports.scan as (m: number, rows: number, stride: number, q: number, scales: number, out: number) => void;
   private rowPage: string[] = [];
   private rowOrd: number[] = [];
   private rowTag: number[] = [];
   private rowLast: number[] = [];
   private readonly rowsOf = new Map<string, number[]>();
   private capacity = 0;
-  /** Byte offsets inside linear memory: [query | scores | matrix]. */
+  /** Byte offsets inside linear memory: [query i16 | scores f32 | scales f32 | matrix i8]. */
   private queryOff = 0;
   private scoresOff = 0;
+  private scalesOff = 0;
   private matrixOff = 0;
+  /** The exact vectors (row-major, `dims` per row) and each quantized row's L1 norm, in row order. */
+  private exact = new Float32Array(0);
+  private rowL1 = new Float32Array(0);
+  /** The largest row scale and quantized L1 norm ever stored: a quick bound before the per-row one. */
+  private maxScale = 0;
+  private maxL1 = 0;
 
-  /** Row length in memory: dims rounded up to the SIMD step, zero-padded. */
+  /** Row length in bytes: dims rounded up to the SIMD step (16 int8), zero-padded. */
   private readonly stride: number;
+  /** Query codes stay within ±this, so no 32-bit lane of the scan can overflow. */
+  private readonly queryRange: number;
 
   constructor(readonly dims: number) {
     if (!Number.isInteger(dims) || dims <= 0) throw new Error('vector dimensions must be a positive integer');
-    this.stride = Math.ceil(dims / 8) * 8;
+    this.stride = Math.ceil(dims / 16) * 16;
+    this.queryRange = Math.min(32767, Math.floor(I32_MAX / (CODE * this.stride)));
     this.layout(1024);
   }
 
@@ -52,25 +84,27 @@ export class VectorMatrix {
     return this.rowsOf.size;
   }
 
-  /** Bytes of linear memory held (the matrix, the score buffer and headroom). */
+  /** Bytes held: linear memory (int8 rows, scales, score buffer) and the f32 vectors, with headroom. */
   get bytes(): number {
-    return this.memory.buffer.byteLength;
+    return this.memory.buffer.byteLength + this.exact.byteLength + this.rowL1.byteLength;
   }
 
   has(pageId: string): boolean {
     return this.rowsOf.has(pageId);
   }
 
-  /** Sets a page's vectors (one per section ord), replacing what it had. */
+  /** Sets a page's vectors (one per window of sections), replacing what it had. */
   setPage(pageId: string, vectors: { ord: number; last?: number; vec: Float32Array; tag: number }[]): void {
     this.removePage(pageId);
     if (vectors.length === 0) return;
+    for (const { vec } of vectors) {
+      if (vec.length !== this.dims) throw new Error(`vector of ${vec.length} dimensions in a ${this.dims}-dimension matrix`);
+    }
     this.ensure(this.rows + vectors.length);
     const rows: number[] = [];
     for (const { ord, last, vec, tag } of vectors) {
-      if (vec.length !== this.dims) throw new Error(`vector of ${vec.length} dimensions in a ${this.dims}-dimension matrix`);
       const r = this.rowPage.length;
-      new Float32Array(this.memory.buffer, this.matrixOff + r * this.stride * 4, this.stride).fill(0).set(vec);
+      this.writeRow(r, vec);
       this.rowPage.push(pageId);
       this.rowOrd.push(ord);
       this.rowTag.push(tag);
@@ -78,6 +112,27 @@ export class VectorMatrix {
       rows.push(r);
     }
     this.rowsOf.set(pageId, rows);
+  }
+
+  private writeRow(r: number, vec: Float32Array): void {
+    let max = 0;
+    for (const x of vec) if (Math.abs(x) > max) max = Math.abs(x);
+    const scale = max > 0 && Number.isFinite(max) ? max / CODE : 0;
+    const codes = new Int8Array(this.memory.buffer, this.matrixOff + r * this.stride, this.stride).fill(0);
+    let l1 = 0;
+    if (scale > 0) {
+      for (let i = 0; i < vec.length; i++) {
+        const c = Math.max(-CODE, Math.min(CODE, Math.round(vec[i]! / scale)));
+        codes[i] = c;
+        l1 += Math.abs(c);
+      }
+    }
+    new Float32Array(this.memory.buffer, this.scalesOff, this.capacity)[r] = scale;
+    const stored = Math.fround(scale);
+    this.exact.set(vec, r * this.dims);
+    this.rowL1[r] = l1 * stored;
+    if (stored > this.maxScale) this.maxScale = stored;
+    if (this.rowL1[r]! > this.maxL1) this.maxL1 = this.rowL1[r]!;
   }
 
   removePage(pageId: string): void {
@@ -91,8 +146,11 @@ export class VectorMatrix {
   private removeRow(r: number): void {
     const last = this.rowPage.length - 1;
     if (r !== last) {
-      const bytes = this.stride * 4;
-      new Uint8Array(this.memory.buffer).copyWithin(this.matrixOff + r * bytes, this.matrixOff + last * bytes, this.matrixOff + (last + 1) * bytes);
+      new Uint8Array(this.memory.buffer).copyWithin(this.matrixOff + r * this.stride, this.matrixOff + last * this.stride, this.matrixOff + (last + 1) * this.stride);
+      const scales = new Float32Array(this.memory.buffer, this.scalesOff, this.capacity);
+      scales[r] = scales[last]!;
+      this.exact.copyWithin(r * this.dims, last * this.dims, (last + 1) * this.dims);
+      this.rowL1[r] = this.rowL1[last]!;
       const movedPage = this.rowPage[last]!;
       this.rowPage[r] = movedPage;
       this.rowOrd[r] = this.rowOrd[last]!;
@@ -107,15 +165,86 @@ export class VectorMatrix {
     this.rowLast.pop();
   }
 
-  /** The `k` rows most similar to `query`, best first (exact: every row is scored). */
+  /**
+   * The `k` rows most similar to `query` by exact cosine (dot product of unit vectors), best
+   * first. The int8 scan ranks every row; the best candidates are rescored from the f32
+   * vectors, and more are taken until the k-th exact score is at least every other row's upper
+   * bound (its approximate score plus its error), so no row left out could rank higher.
+   */
   top(query: Float32Array, k: number): RowHit[] {
     const n = this.rows;
-    if (n === 0 || k <= 0) return [];
     if (query.length !== this.dims) throw new Error(`query of ${query.length} dimensions in a ${this.dims}-dimension matrix`);
-    new Float32Array(this.memory.buffer, this.queryOff, this.stride).fill(0).set(query);
-    this.scanFn(this.matrixOff, n, this.stride, this.queryOff, this.scoresOff);
+    if (n === 0 || k <= 0) return [];
+    const { t, l1 } = this.scanAll(query);
     const scores = new Float32Array(this.memory.buffer, this.scoresOff, n);
-    return selectTop(scores, Math.min(k, n)).map((r) => ({ pageId: this.rowPage[r]!, ord: this.rowOrd[r]!, last: this.rowLast[r]!, tag: this.rowTag[r]!, score: scores[r]! }));
+    const scales = new Float32Array(this.memory.buffer, this.scalesOff, n);
+    let want = Math.min(n, k + Math.max(16, k >> 1));
+    for (;;) {
+      const candidates = selectTop(scores, want);
+      const exact = candidates.map((r) => ({ r, score: this.dot(r, query) })).sort((a, b) => b.score - a.score || a.r - b.r);
+      const top = exact.slice(0, Math.min(k, n));
+      if (want >= n || this.provedTop(top[top.length - 1]!.score, candidates, scores, scales, t, l1)) {
+        return top.map(({ r, score }) => ({ pageId: this.rowPage[r]!, ord: this.rowOrd[r]!, last: this.rowLast[r]!, tag: this.rowTag[r]!, score }));
+      }
+      want = Math.min(n, want * 4);
+    }
+  }
+
+  /** No row outside `candidates` can score above `kth`: first by the matrix-wide bound, else row by row. */
+  private provedTop(kth: number, candidates: number[], scores: Float32Array, scales: Float32Array, t: number, l1: number): boolean {
+    const threshold = scores[candidates[candidates.length - 1]!]! * t;
+    if (kth >= threshold + (this.maxScale / 2) * l1 + (t / 2) * this.maxL1 + SLACK) return true;
+    const taken = new Uint8Array(scores.length);
+    for (const r of candidates) taken[r] = 1;
+    for (let r = 0; r < scores.length; r++) {
+      if (taken[r]) continue;
+      if (scores[r]! * t + (scales[r]! / 2) * l1 + (t / 2) * this.rowL1[r]! + SLACK > kth) return false;
+    }
+    return true;
+  }
+
+  private dot(r: number, query: Float32Array): number {
+    const base = r * this.dims;
+    let s = 0;
+    for (let i = 0; i < query.length; i++) s += this.exact[base + i]! * query[i]!;
+    return s;
+  }
+
+  /** Quantizes the query into linear memory and scans every row: scores[r] · t is row r's approximate score. */
+  private scanAll(query: Float32Array): { t: number; l1: number } {
+    let qmax = 0;
+    let l1 = 0;
+    for (const x of query) {
+      const a = Math.abs(x);
+      if (a > qmax) qmax = a;
+      l1 += a;
+    }
+    const t = qmax > 0 && Number.isFinite(qmax) ? qmax / this.queryRange : 0;
+    const codes = new Int16Array(this.memory.buffer, this.queryOff, this.stride).fill(0);
+    if (t > 0) for (let i = 0; i < query.length; i++) codes[i] = Math.round(query[i]! / t);
+    this.scanFn(this.matrixOff, this.rows, this.stride, this.queryOff, this.scalesOff, this.scoresOff);
+    return { t, l1 };
+  }
+
+  /**
+   * The scan alone: the `k` rows with the highest approximate scores and a bound on every row's
+   * error. With row r stored as s·c (|v − s·c| ≤ s/2 per component) and the query as t·d
+   * (|q − t·d| ≤ t/2), |q·v − (t·d)·(s·c)| ≤ (s/2)·|q|₁ + (t/2)·|s·c|₁.
+   */
+  scan(query: Float32Array, k: number): Scan {
+    const n = this.rows;
+    if (query.length !== this.dims) throw new Error(`query of ${query.length} dimensions in a ${this.dims}-dimension matrix`);
+    if (n === 0 || k <= 0) return { hits: [], complete: n === 0, threshold: -Infinity, error: 0 };
+    const { t, l1 } = this.scanAll(query);
+    const scores = new Float32Array(this.memory.buffer, this.scoresOff, n);
+    const top = selectTop(scores, Math.min(k, n));
+    const hits = top.map((r) => ({ pageId: this.rowPage[r]!, ord: this.rowOrd[r]!, last: this.rowLast[r]!, tag: this.rowTag[r]!, score: scores[r]! * t }));
+    return {
+      hits,
+      complete: top.length === n,
+      threshold: top.length === n ? -Infinity : hits[hits.length - 1]!.score,
+      error: (this.maxScale / 2) * l1 + (t / 2) * this.maxL1 + SLACK,
+    };
   }
 
   private ensure(rows: number): void {
@@ -123,22 +252,31 @@ export class VectorMatrix {
     this.layout(Math.max(rows, Math.ceil(this.capacity * 1.5)));
   }
 
-  /** Grows memory to hold `capacity` rows; the matrix moves to make room for a larger score buffer. */
+  /** Grows memory to hold `capacity` rows; scales and matrix move up to make room for larger buffers. */
   private layout(capacity: number): void {
-    const dimsBytes = this.stride * 4;
+    const align = (x: number) => Math.ceil(x / 16) * 16;
     const queryOff = 0;
-    const scoresOff = Math.ceil(dimsBytes / 16) * 16;
-    const matrixOff = scoresOff + Math.ceil((capacity * 4) / 16) * 16;
-    const need = matrixOff + capacity * dimsBytes;
+    const scoresOff = align(this.stride * 2);
+    const scalesOff = scoresOff + align(capacity * 4);
+    const matrixOff = scalesOff + align(capacity * 4);
+    const need = matrixOff + capacity * this.stride;
     const have = this.memory.buffer.byteLength;
     if (need > have) this.memory.grow(Math.ceil((need - have) / PAGE));
-    if (matrixOff !== this.matrixOff && this.rows > 0) {
-      new Uint8Array(this.memory.buffer).copyWithin(matrixOff, this.matrixOff, this.matrixOff + this.rows * dimsBytes);
-    }
+    const bytes = new Uint8Array(this.memory.buffer);
+    // Every region moves up (or stays): the matrix first, then the scales below it.
+    if (this.rows > 0 && matrixOff !== this.matrixOff) bytes.copyWithin(matrixOff, this.matrixOff, this.matrixOff + this.rows * this.stride);
+    if (this.rows > 0 && scalesOff !== this.scalesOff) bytes.copyWithin(scalesOff, this.scalesOff, this.scalesOff + this.rows * 4);
     this.queryOff = queryOff;
     this.scoresOff = scoresOff;
+    this.scalesOff = scalesOff;
     this.matrixOff = matrixOff;
     this.capacity = capacity;
+    const exact = new Float32Array(capacity * this.dims);
+    exact.set(this.exact.subarray(0, this.rows * this.dims));
+    this.exact = exact;
+    const rowL1 = new Float32Array(capacity);
+    rowL1.set(this.rowL1.subarray(0, this.rows));
+    this.rowL1 = rowL1;
   }
 }
 

@@ -1,0 +1,275 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { authenticate } from '../../src/auth/resolve.js';
+import { SESSION_COOKIE } from '../../src/auth/sessions.js';
+import type { Principal } from '../../src/policy/principal.js';
+import { keywordCandidates, type Candidate, type Scope } from '../../src/retrieval/candidates.js';
+import { COMMON_DOCS, keywordPlan, SCORE_BUDGET, termDocCounts, type KeywordPlan } from '../../src/retrieval/keyword-plan.js';
+import { keywordList } from '../../src/retrieval/search.js';
+import { testEngines } from '../support/engines.js';
+import { Client, createAgentWithKey, signupHuman, startTestServer, type TestServer } from '../support/server.js';
+
+/**
+ * Keyword query planning: the plan from word counts (pure), the SQLite word counts, and how
+ * keywordCandidates runs the unscored and newest-only plans against a real index.
+ */
+
+const counts = (entries: Record<string, number>) => new Map(Object.entries(entries));
+
+describe('keywordPlan', () => {
+  it('scores every term when there are no counts (PostgreSQL) or no terms', () => {
+    for (const op of ['AND', 'OR'] as const) {
+      expect(keywordPlan(['alpha', 'beta'], op, null)).toEqual({ terms: ['alpha', 'beta'], op, scored: true, newest: null });
+      expect(keywordPlan([], op, null)).toEqual({ terms: [], op, scored: true, newest: null });
+      expect(keywordPlan([], op, counts({ alpha: COMMON_DOCS * 10 }))).toEqual({ terms: [], op, scored: true, newest: null });
+    }
+  });
+
+  it('AND with only rare words keeps them all and scores every match', () => {
+    // COMMON_DOCS itself is still rare; a word missing from the counts is in no section (0).
+    const docs = counts({ alpha: 3, beta: COMMON_DOCS, gamma: SCORE_BUDGET });
+    expect(keywordPlan(['alpha', 'beta', 'gamma', 'unseen'], 'AND', docs)).toEqual({
+      terms: ['alpha', 'beta', 'gamma', 'unseen'],
+      op: 'AND',
+      scored: true,
+      newest: null,
+    });
+  });
+
+  it('AND leaves out the common words when a rare one remains, in the query’s order', () => {
+    const docs = counts({ the: COMMON_DOCS + 1, zebra: 12, and: COMMON_DOCS * 5, quokka: 40 });
+    expect(keywordPlan(['the', 'zebra', 'and', 'quokka'], 'AND', docs)).toEqual({ terms: ['zebra', 'quokka'], op: 'AND', scored: true, newest: null });
+    expect(keywordPlan(['quokka', 'the', 'zebra'], 'AND', docs).terms).toEqual(['quokka', 'zebra']);
+  });
+
+  it('AND scores only the newest SCORE_BUDGET matches when even the rarest kept word is past the budget', () => {
+    const docs = counts({ often: SCORE_BUDGET + 1, oftener: COMMON_DOCS, common: COMMON_DOCS + 1 });
+    expect(keywordPlan(['common', 'oftener', 'often'], 'AND', docs)).toEqual({ terms: ['oftener', 'often'], op: 'AND', scored: true, newest: SCORE_BUDGET });
+    // At the budget exactly, every match is scored.
+    expect(keywordPlan(['often', 'oftener'], 'AND', counts({ often: SCORE_BUDGET, oftener: COMMON_DOCS })).newest).toBeNull();
+  });
+
+  it('ranks unscored when every word is common, keeping every word', () => {
+    const docs = counts({ the: COMMON_DOCS + 1, and: COMMON_DOCS * 3 });
+    for (const op of ['AND', 'OR'] as const) {
+      const plan = keywordPlan(['the', 'and'], op, docs);
+      expect(plan).toEqual({ terms: ['the', 'and'], op, scored: false, newest: null });
+    }
+  });
+
+  it('OR keeps the rarest words while their sections total at most SCORE_BUDGET, in the query’s order', () => {
+    expect(SCORE_BUDGET).toBeLessThan(COMMON_DOCS); // the premise of these counts
+    // Rarest first: one (1), then mid (SCORE_BUDGET - 1): total SCORE_BUDGET, kept; then big: over, left out.
+    const docs = counts({ big: SCORE_BUDGET, mid: SCORE_BUDGET - 1, one: 1, common: COMMON_DOCS + 1 });
+    expect(keywordPlan(['big', 'mid', 'common', 'one'], 'OR', docs)).toEqual({ terms: ['mid', 'one'], op: 'OR', scored: true, newest: null });
+    // Every rare word fits: all kept, common ones still left out.
+    expect(keywordPlan(['common', 'one', 'mid'], 'OR', docs)).toEqual({ terms: ['one', 'mid'], op: 'OR', scored: true, newest: null });
+  });
+
+  it('OR keeps at least the rarest word even when it alone is past the budget, scoring only the newest', () => {
+    const docs = counts({ big: SCORE_BUDGET + 1, bigger: SCORE_BUDGET + 5, common: COMMON_DOCS + 1 });
+    expect(keywordPlan(['bigger', 'common', 'big'], 'OR', docs)).toEqual({ terms: ['big'], op: 'OR', scored: true, newest: SCORE_BUDGET });
+  });
+});
+
+/** A page of the suite: its path and the words it was written with. */
+interface PageSpec {
+  path: string;
+  title: string;
+  body: string;
+  sensitivity?: 'public' | 'internal' | 'confidential' | 'secret';
+  archived?: boolean;
+}
+
+function haystack(c: Candidate): string {
+  return `${c.title}\n${c.heading}\n${c.text}`.toLowerCase();
+}
+
+describe.each(testEngines())('keyword plans against a real index (%s)', (engine) => {
+  let s: TestServer;
+  let owner: Client;
+  let human: Principal; // owner of the workspace: ceiling secret
+  let agent: Principal; // read, write, search over * up to confidential
+  let low: Principal; // search up to internal
+  let fbOnly: Principal; // search over Space fb only
+  const sqlite = engine === 'sqlite';
+
+  const scope = (extra: Partial<Scope> = {}): Scope => ({ action: 'search', includeArchived: false, ...extra });
+  const principalOf = (credentials: { key?: string; session?: string }): Promise<Principal> =>
+    authenticate(s.ctx, {
+      authorization: credentials.key ? `Bearer ${credentials.key}` : undefined,
+      sessionToken: credentials.session,
+      csrfHeader: undefined,
+      csrfCookie: undefined,
+      unsafe: false,
+      ip: '127.0.0.1',
+      workspace: undefined,
+    });
+  const write = async (p: PageSpec) => {
+    const fm = [`title: ${p.title}`, `sensitivity: ${p.sensitivity ?? 'internal'}`, ...(p.archived ? ['state: archived', 'archived_reason: manual'] : [])];
+    const res = await owner.post('/api/v1/nodes', { path: p.path, content: `---\n${fm.join('\n')}\n---\n${p.body}` });
+    expect(res.status, res.text.slice(0, 300)).toBe(201);
+  };
+  const run = (p: Principal, sc: Scope, plan: KeywordPlan, limit = 50) => keywordCandidates(s.ctx, p, sc, plan, limit);
+  const pathsOf = (list: Candidate[]) => list.map((c) => c.path);
+  const unscored = (terms: string[]): KeywordPlan => ({ terms, op: 'AND', scored: false, newest: SCORE_BUDGET });
+  const newest = (terms: string[], n: number | null): KeywordPlan => ({ terms, op: 'AND', scored: true, newest: n });
+
+  beforeAll(async () => {
+    s = await startTestServer(engine);
+    const h = await signupHuman(s.url);
+    owner = h.client;
+    const session = owner.cookies.get(SESSION_COOKIE);
+    if (!session) throw new Error('no session cookie after sign-up');
+    human = await principalOf({ session: decodeURIComponent(session) });
+    const a = await createAgentWithKey(owner, [{ action: 'read' }, { action: 'write' }, { action: 'search' }]);
+    agent = await principalOf({ key: a.key });
+    const l = await createAgentWithKey(owner, [{ action: 'read', ceiling: 'internal' }, { action: 'search', ceiling: 'internal' }], { ceiling: 'internal' });
+    low = await principalOf({ key: l.key });
+    const f = await createAgentWithKey(owner, [{ action: 'search', scope: 'fb' }]);
+    fbOnly = await principalOf({ key: f.key });
+    expect(human).toMatchObject({ kind: 'human', role: 'owner' });
+    expect(agent.kind).toBe('agent');
+  });
+  afterAll(async () => s?.stop());
+
+  it('termDocCounts counts the sections holding each word, by stem (null on PostgreSQL)', async () => {
+    // zorblax: two sections of one page and one of another. The deploy family: one section each.
+    await write({ path: 'cnt/one.md', title: 'Counting one', body: '# First\n\nThe zorblax lives here.\n\n# Second\n\nAnother zorblax.\n\n# Third\n\nNothing.\n' });
+    await write({ path: 'cnt/two.md', title: 'Counting two', body: '# Only\n\nA zorblax and we are deploying.\n' });
+    await write({ path: 'cnt/three.md', title: 'Counting three', body: '# Only\n\nIt deployed fine.\n\n# Later\n\nHe deploys daily.\n' });
+    const docs = await termDocCounts(s.ctx.store, ['zorblax', 'deploy', 'deploying', 'nosuchwordatall']);
+    if (!sqlite) {
+      expect(docs).toBeNull();
+      await write({ path: 'cnt/four.md', title: 'Counting four', body: 'One more zorblax.\n' }); // as on SQLite, for the later tests
+      return;
+    }
+    expect(docs).toEqual(new Map([['zorblax', 3], ['deploy', 3], ['deploying', 3], ['nosuchwordatall', 0]]));
+    // A word in the title is in every section of its page.
+    expect((await termDocCounts(s.ctx.store, ['counting']))!.get('counting')).toBe(6);
+    // Rare words are counted afresh: a new section counts at once.
+    await write({ path: 'cnt/four.md', title: 'Counting four', body: 'One more zorblax.\n' });
+    expect((await termDocCounts(s.ctx.store, ['zorblax']))!.get('zorblax')).toBe(4);
+    // The index drops diacritics: an accented query word counts the same sections as its plain form.
+    await write({ path: 'cnt/five.md', title: 'Counting five', body: 'Coffee at the café, a crème brûlée.\n' });
+    expect(await termDocCounts(s.ctx.store, ['café', 'cafe', 'crème', 'brûlée'])).toEqual(new Map([['café', 1], ['cafe', 1], ['crème', 1], ['brûlée', 1]]));
+  });
+
+  it('an unscored plan returns the sections holding every word, newest first', async () => {
+    // The oldest page holds the words most and in its title: bm25 would rank it first.
+    await write({ path: 'un/u1.md', title: 'Vexilla quorbit', body: 'vexilla quorbit vexilla quorbit vexilla quorbit.\n' });
+    await write({ path: 'un/u2.md', title: 'Second', body: 'A long note that mentions vexilla once and, much later in the text, the quorbit as well among other words.\n' });
+    await write({ path: 'un/u3.md', title: 'Third', body: 'Only vexilla here.\n' });
+    await write({ path: 'un/u4.md', title: 'Fourth', body: 'quorbit, then a long aside about nothing in particular, then vexilla.\n' });
+    const terms = ['vexilla', 'quorbit'];
+    const list = await run(agent, scope(), unscored(terms));
+    for (const c of list) for (const t of terms) expect(haystack(c), c.path).toContain(t);
+    expect([...pathsOf(list)].sort()).toEqual(['un/u1.md', 'un/u2.md', 'un/u4.md']);
+    const scored = await run(agent, scope(), newest(terms, null));
+    expect(pathsOf(scored)[0]).toBe('un/u1.md');
+    if (sqlite) {
+      expect(pathsOf(list)).toEqual(['un/u4.md', 'un/u2.md', 'un/u1.md']);
+      expect(new Set(list.map((c) => c.score)).size).toBe(1);
+      // Limited: the newest ones.
+      expect(pathsOf(await run(agent, scope(), unscored(terms), 2))).toEqual(['un/u4.md', 'un/u2.md']);
+    }
+  });
+
+  it('an unscored plan takes the newest matches when there are more than it looks at', async () => {
+    // More sections than the unscored prefilter looks at (UNSCORED_PREFILTER, 500, in candidates.ts),
+    // all older than the one page written last.
+    const sections = Array.from({ length: 600 }, (_, i) => `## Part ${i}\n\nThe plethorax and the snorvel, part ${i}.\n`).join('\n');
+    await write({ path: 'bulk/many.md', title: 'Plethorax snorvel compendium', body: sections });
+    await write({ path: 'bulk/later.md', title: 'Later', body: 'A plethorax, a snorvel.\n' });
+    const terms = ['plethorax', 'snorvel'];
+    const top = await run(agent, scope(), unscored(terms), 1);
+    if (sqlite) {
+      expect((await termDocCounts(s.ctx.store, terms))!.get('plethorax')).toBeGreaterThan(600);
+      expect(pathsOf(top)).toEqual(['bulk/later.md']);
+    }
+    const ten = await run(agent, scope(), unscored(terms), 10);
+    expect(ten).toHaveLength(10);
+    for (const c of ten) for (const t of terms) expect(haystack(c), c.path).toContain(t);
+  });
+
+  it('a newest-N plan scores only the N newest matches', async () => {
+    await write({ path: 'nw/n1.md', title: 'Wombatron handbook', body: 'The wombatron, all about the wombatron.\n' });
+    for (const n of [2, 3, 4, 5]) await write({ path: `nw/n${n}.md`, title: `Note ${n}`, body: `Filler words around a single wombatron mention and more filler text here (${n}).\n` });
+    const all = await run(agent, scope(), newest(['wombatron'], null));
+    expect(pathsOf(all)[0]).toBe('nw/n1.md');
+    expect(all).toHaveLength(5);
+    expect(pathsOf(await run(agent, scope(), newest(['wombatron'], 5)))[0]).toBe('nw/n1.md');
+    const two = await run(agent, scope(), newest(['wombatron'], 2));
+    if (sqlite) {
+      expect([...pathsOf(two)].sort()).toEqual(['nw/n4.md', 'nw/n5.md']);
+      // Equal scores go newest first.
+      expect(pathsOf(two)).toEqual(['nw/n5.md', 'nw/n4.md']);
+      expect(two[0]!.score).toBeGreaterThan(0);
+    } else {
+      // PostgreSQL scores every match whatever the plan says.
+      expect(pathsOf(two)).toEqual(pathsOf(all));
+    }
+  });
+
+  it('the unscored and newest plans still apply the scope filters and the ceiling', async () => {
+    const body = 'The glaucon and the fennimore meet.\n';
+    await write({ path: 'fa/one.md', title: 'One', body });
+    await write({ path: 'fa/arch.md', title: 'Archived', body, archived: true });
+    await write({ path: 'fb/other.md', title: 'Other', body });
+    await write({ path: 'fa/conf.md', title: 'Conf', body, sensitivity: 'confidential' });
+    await write({ path: 'fa/secret.md', title: 'Secret', body, sensitivity: 'secret' });
+    const terms = ['glaucon', 'fennimore'];
+    const plans: [string, KeywordPlan][] = [
+      ['unscored', unscored(terms)],
+      ['newest', newest(terms, SCORE_BUDGET)],
+      ['scored', newest(terms, null)],
+    ];
+    for (const [name, plan] of plans) {
+      const sorted = async (p: Principal, sc: Scope) => pathsOf(await run(p, sc, plan)).sort();
+      expect(await sorted(agent, scope()), name).toEqual(['fa/conf.md', 'fa/one.md', 'fb/other.md']);
+      expect(await sorted(agent, scope({ includeArchived: true })), name).toEqual(['fa/arch.md', 'fa/conf.md', 'fa/one.md', 'fb/other.md']);
+      expect(await sorted(agent, scope({ space: 'fa' })), name).toEqual(['fa/conf.md', 'fa/one.md']);
+      expect(await sorted(human, scope()), name).toEqual(['fa/conf.md', 'fa/one.md', 'fa/secret.md', 'fb/other.md']);
+      expect(await sorted(low, scope()), name).toEqual(['fa/one.md', 'fb/other.md']);
+      expect(await sorted(fbOnly, scope()), name).toEqual(['fb/other.md']);
+      expect(await sorted(fbOnly, scope({ space: 'fa' })), name).toEqual([]);
+      // The ceiling and filters narrow before the limit: one result, the best the caller may see.
+      expect(pathsOf(await run(low, scope(), plan, 1)), name).toHaveLength(1);
+      expect(pathsOf(await run(agent, scope({ space: 'fb' }), plan, 1)), name).toEqual(['fb/other.md']);
+    }
+    if (sqlite) {
+      expect(pathsOf(await run(low, scope(), unscored(terms), 1))).toEqual(['fb/other.md']);
+      expect(pathsOf(await run(human, scope({ includeArchived: true }), unscored(terms)))).toEqual(['fa/secret.md', 'fa/conf.md', 'fb/other.md', 'fa/arch.md', 'fa/one.md']);
+      // newest counts matches before the filters: the newest two are confidential and secret.
+      expect(pathsOf(await run(low, scope(), newest(terms, 2)))).toEqual([]);
+      expect(pathsOf(await run(agent, scope(), newest(terms, 2)))).toEqual(['fa/conf.md']);
+    }
+  });
+
+  it('keywordList: [] when no section holds the words, and marks the any-word fallback', async () => {
+    const none = await keywordList(s.ctx, agent, scope(), ['nowordlikethis', 'noranyother']);
+    expect(none).toHaveLength(0);
+    const single = await keywordList(s.ctx, agent, scope(), ['nowordlikethis']);
+    expect(single).toHaveLength(0);
+    expect(single.anyWord).toBeUndefined();
+
+    // Every word in one section: no fallback.
+    const both = await keywordList(s.ctx, agent, scope(), ['vexilla', 'quorbit']);
+    expect([...pathsOf(both)].sort()).toEqual(['un/u1.md', 'un/u2.md', 'un/u4.md']);
+    expect(both.anyWord).toBeUndefined();
+    expect(both.weak).toBeUndefined();
+
+    // Both words exist, never together: sections holding either, not weak on SQLite (no word is unknown).
+    const apart = await keywordList(s.ctx, agent, scope(), ['zorblax', 'wombatron']);
+    expect(apart.anyWord).toBe(true);
+    expect(apart.weak).toBe(!sqlite);
+    expect(new Set(pathsOf(apart))).toEqual(new Set(['cnt/one.md', 'cnt/two.md', 'cnt/four.md', 'nw/n1.md', 'nw/n2.md', 'nw/n3.md', 'nw/n4.md', 'nw/n5.md']));
+    for (const c of apart) expect(/zorblax|wombatron/.test(haystack(c)), c.path).toBe(true);
+
+    // One word in no section at all: the fallback finds the other, and is weak.
+    const typo = await keywordList(s.ctx, agent, scope(), ['wombatron', 'wombatrn']);
+    expect(typo.anyWord).toBe(true);
+    expect(typo.weak).toBe(true);
+    expect(pathsOf(typo)[0]).toBe('nw/n1.md');
+    expect(typo).toHaveLength(5);
+  });
+});
