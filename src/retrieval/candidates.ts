@@ -7,10 +7,12 @@ import { hashTag, textHash, windowEmbedText } from './embed-text.js';
 import { fts5Match, pgTsQuery } from './keyword.js';
 import type { KeywordPlan } from './keyword-plan.js';
 
-/** Keyword matches ranked by the index alone before joins and filters (SQLite). */
-const FTS_PREFILTER = 2000;
-/** Unscored (every word common) matches come newest first: fewer suffice before the filters. */
-const UNSCORED_PREFILTER = 500;
+/**
+ * Keyword matches ranked by the index alone before joins and filters (SQLite): four per
+ * section wanted, at least 400; unscored ones (every word common) come newest first, and half
+ * as many suffice.
+ */
+const prefilter = (limit: number, scored: boolean) => (scored ? Math.max(400, 4 * limit) : Math.max(200, 2 * limit));
 /** bm25 weights: title 10, heading 4, text 1; lower is better, so scores are its negation. */
 const BM25 = sql`bm25(page_sections_fts, 10.0, 4.0, 1.0)`;
 
@@ -120,6 +122,12 @@ function windowList(ctx: CoreContext, hits: { pageId: string; ord: number; last:
   return sql`(select json_extract(value, '$[0]') as page_id, json_extract(value, '$[1]') as ord, json_extract(value, '$[2]') as last from json_each(${json})) as j`;
 }
 
+/** More than `n` sections match (counting stops at n + 1, and scores nothing). */
+async function matchesMoreThan(ctx: CoreContext, match: string, n: number): Promise<boolean> {
+  const r = await sql<{ n: number }>`select count(*) as n from (select 1 from page_sections_fts where page_sections_fts match ${match} limit ${n + 1})`.execute(ctx.store.db);
+  return Number(r.rows[0]?.n ?? 0) > n;
+}
+
 /** Keyword-matching sections, best first, that the caller may see (at most `limit`). */
 export async function keywordCandidates(ctx: CoreContext, p: Principal, scope: Scope, plan: KeywordPlan, limit: number): Promise<Candidate[]> {
   const { terms, op } = plan;
@@ -140,17 +148,17 @@ export async function keywordCandidates(ctx: CoreContext, p: Principal, scope: S
       limit ${limit}`.execute(db)
     ).rows;
   } else {
-    // First the best FTS_PREFILTER matches from the index alone, then the joins and filters on
+    // First the best matches from the index alone (prefilter), then the joins and filters on
     // those: a common word matches tens of thousands of sections, and joining them all before
     // the sort was most of a slow query. When the filters leave too few, the full query runs.
     const match = fts5Match(terms, op);
     // The ranked matches: all scored by bm25, the newest `newest` scored, or (every word
     // common) the newest unscored. Ties and unscored rows go newest first.
     const hits = !plan.scored
-      ? sql`select rowid as rid, 0.0 as b from page_sections_fts where page_sections_fts match ${match} order by rowid desc limit ${UNSCORED_PREFILTER}`
+      ? sql`select rowid as rid, 0.0 as b from page_sections_fts where page_sections_fts match ${match} order by rowid desc limit ${prefilter(limit, false)}`
       : plan.newest !== null
-        ? sql`select rid, b from (select rowid as rid, ${BM25} as b from page_sections_fts where page_sections_fts match ${match} order by rowid desc limit ${plan.newest}) order by b, rid desc limit ${FTS_PREFILTER}`
-        : sql`select rowid as rid, ${BM25} as b from page_sections_fts where page_sections_fts match ${match} order by b, rowid desc limit ${FTS_PREFILTER}`;
+        ? sql`select rid, b from (select rowid as rid, ${BM25} as b from page_sections_fts where page_sections_fts match ${match} order by rowid desc limit ${plan.newest}) order by b, rid desc limit ${prefilter(limit, true)}`
+        : sql`select rowid as rid, ${BM25} as b from page_sections_fts where page_sections_fts match ${match} order by b, rowid desc limit ${prefilter(limit, true)}`;
     // Two steps: the filters pick the best `limit` (from a covering index, migration 006), and
     // only those rows are read whole (a section's text, a page's columns past its body).
     rows = (
@@ -165,8 +173,8 @@ export async function keywordCandidates(ctx: CoreContext, p: Principal, scope: S
       where s.id = top.rid and p.id = s.page_id
       order by top.b, top.rid desc`.execute(db)
     ).rows;
-    if (rows.length < limit && plan.scored && plan.newest === null) {
-      // The filters left too few of the best FTS_PREFILTER: rank every match that passes them.
+    if (rows.length < limit && plan.scored && plan.newest === null && (await matchesMoreThan(ctx, match, prefilter(limit, true)))) {
+      // The filters left too few of the best matches, and there are more: rank every match that passes them.
       rows = (
         await sql<Candidate>`
         select ${COLS}, -${BM25} as score
