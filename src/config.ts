@@ -7,6 +7,7 @@ const schema = z.object({
   PORT: z.coerce.number().int().min(0).max(65535).default(8787),
   HOST: z.string().min(1).default('127.0.0.1'),
   DATA_DIR: z.string().min(1).default('./data'),
+  SQLITE_CACHE_MB: z.coerce.number().int().min(2).max(65536).default(64),
   DATABASE_URL: z
     .string()
     .regex(/^postgres(ql)?:\/\//, 'must be a postgres:// or postgresql:// URL')
@@ -40,6 +41,8 @@ export interface Config {
   port: number;
   host: string;
   dataDir: string;
+  /** SQLite page cache of the database connection, in MiB. */
+  sqliteCacheMb: number;
   databaseUrl: string | undefined;
   publicUrl: string;
   signups: 'open' | 'invite';
@@ -104,6 +107,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     port: c.PORT,
     host: c.HOST,
     dataDir: path.resolve(c.DATA_DIR),
+    sqliteCacheMb: c.SQLITE_CACHE_MB,
     databaseUrl: c.DATABASE_URL,
     publicUrl: (c.PUBLIC_URL ?? `http://${hostForUrl}:${c.PORT}`).replace(/\/+$/, ''),
     signups: c.SIGNUPS,

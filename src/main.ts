@@ -21,7 +21,7 @@ async function main(argv: string[]): Promise<void> {
     throw e;
   }
   if (command === 'migrate') {
-    const store = await openStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl });
+    const store = await openStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, cacheMb: config.sqliteCacheMb });
     await store.close();
     console.log('migrations applied');
     return;

@@ -17,7 +17,7 @@ export interface RunningServer {
 
 /** Opens the store, builds the app and listens; `close` drains requests, flushes and closes the store. */
 export async function startServer(config: Config, opts: AppOptions = {}): Promise<RunningServer> {
-  const store = await openStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl });
+  const store = await openStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, cacheMb: config.sqliteCacheMb });
   const touches = new TouchBuffer(store);
   touches.start();
   const notifier = new Notifier();

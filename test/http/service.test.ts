@@ -3,6 +3,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { verifyAuditChain } from '../../src/core/audit.js';
 import { openStore } from '../../src/store/db.js';
@@ -61,11 +62,30 @@ describe('configuration', () => {
     [{ DATABASE_URL: 'mysql://x' }, 'DATABASE_URL'],
     [{ PUBLIC_URL: 'not a url' }, 'PUBLIC_URL'],
     [{ LOG_LEVEL: 'loud' }, 'LOG_LEVEL'],
+    [{ SQLITE_CACHE_MB: '1' }, 'SQLITE_CACHE_MB'],
+    [{ SQLITE_CACHE_MB: 'big' }, 'SQLITE_CACHE_MB'],
   ])('refuses %o at start with a message naming the variable', (env, name) => {
     const r = spawnSync(TSX, ['src/main.ts'], { cwd: ROOT, env: { ...process.env, ...env }, encoding: 'utf8', timeout: 20_000 });
     expect(r.status).toBe(2);
     expect(r.stderr).toContain('Invalid configuration');
     expect(r.stderr).toContain(name);
+  });
+});
+
+describe('SQLite page cache', () => {
+  it('is 64 MiB unless SQLITE_CACHE_MB says otherwise', async () => {
+    for (const [env, kib] of [
+      [{}, 65536],
+      [{ SQLITE_CACHE_MB: '16' }, 16384],
+    ] as const) {
+      const s = await startTestServer('sqlite', env);
+      try {
+        const r = await sql<{ cache_size: number }>`pragma cache_size`.execute(s.ctx.store.db);
+        expect(r.rows[0]!.cache_size).toBe(-kib);
+      } finally {
+        await s.close();
+      }
+    }
   });
 });
 
