@@ -16,8 +16,8 @@ export const VECTOR_MAX_WEIGHT = 0.75;
 /**
  * The cap instead when no section held every query word and keyword search ranked sections with
  * any of them (long natural-language questions, mostly): both lists are then loose, and on
- * bench/eval the vector list's best weight for those was lower (paraphrase MRR@10 0.560 at 0.75,
- * 0.582 at 0.5, 0.583 at 0.35; typo and keyword queries unchanged).
+ * bench/eval the vector list's best weight for those was lower (paraphrase MRR@10 0.572 at 0.75,
+ * 0.597 at 0.5 and at 0.35, 0.599 at 0.25: flat below 0.5; typo and keyword queries unchanged).
  */
 export const ANY_WORD_MAX_WEIGHT = 0.5;
 /** The vector list's weight when keyword search found nothing, or likely missed (see keywordList's `weak`). */

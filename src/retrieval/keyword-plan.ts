@@ -18,7 +18,7 @@ import type { Store } from '../store/db.js';
 export const COMMON_DOCS = 20_000;
 
 /** Matching sections scored at most per query: past this, the newest matches are scored. */
-export const SCORE_BUDGET = 4_000;
+export const SCORE_BUDGET = 2_000;
 
 /** How a keyword query runs. */
 export interface KeywordPlan {

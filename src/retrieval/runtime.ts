@@ -135,6 +135,14 @@ export class RetrievalRuntime {
     const db = this.store.db;
     const top = await db.selectFrom('vector_log').select(sql<number | null>`max(seq)`.as('seq')).executeTakeFirstOrThrow();
     const state: Loaded = { matrix: null, seq: Number(top.seq ?? 0), refreshedAt: Date.now() };
+    const count = await db
+      .selectFrom('section_vectors')
+      .select(sql<number>`count(*)`.as('n'))
+      .where('workspace_id', '=', workspaceId)
+      .where('model', '=', this.key)
+      .executeTakeFirstOrThrow();
+    // Room for every row now and some writes to come, instead of growing by halves while loading.
+    const room = Number(count.n) * 1.02 + 1024;
     // Paged by page id so a 100,000-page workspace never sits in one result set.
     let after = '';
     for (;;) {
@@ -153,18 +161,18 @@ export class RetrievalRuntime {
       const lastPage = rows[rows.length - 1]!.page_id;
       const complete = rows.length < 20_000 ? rows : rows.filter((r) => r.page_id !== lastPage);
       const usable = complete.length > 0 ? complete : rows;
-      this.apply(state, usable);
+      this.apply(state, usable, room);
       after = usable[usable.length - 1]!.page_id;
       if (rows.length < 20_000) break;
     }
     return state;
   }
 
-  private apply(state: Loaded, rows: { page_id: string; ord: number; last_ord: number; text_hash: string; vec: Uint8Array }[]): void {
+  private apply(state: Loaded, rows: { page_id: string; ord: number; last_ord: number; text_hash: string; vec: Uint8Array }[], room?: number): void {
     const byPage = new Map<string, { ord: number; last: number; vec: Float32Array; tag: number }[]>();
     for (const r of rows) {
       const vec = bytesToVec(r.vec);
-      state.matrix ??= new VectorMatrix(vec.length);
+      state.matrix ??= new VectorMatrix(vec.length, room);
       if (vec.length !== state.matrix.dims) continue;
       const list = byPage.get(r.page_id) ?? [];
       list.push({ ord: r.ord, last: r.last_ord, vec, tag: hashTag(r.text_hash) });

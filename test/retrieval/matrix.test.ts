@@ -216,6 +216,18 @@ describe('VectorMatrix', () => {
     expect((m.top(one(4), 2)).every((h) => h.score === 0)).toBe(true);
   });
 
+  it('makes room for the rows it is told of at once, and grows only past them', () => {
+    const dims = 24;
+    const rnd = prng(5);
+    const m = new VectorMatrix(dims, 5000);
+    const before = m.bytes;
+    for (let p = 0; p < 5000; p++) m.setPage(`p${p}`, [{ ord: 0, vec: unitVector(rnd, dims), tag: p }]);
+    expect(m.bytes).toBe(before);
+    m.setPage('one-more', [{ ord: 0, vec: unitVector(rnd, dims), tag: 1 }]);
+    expect(m.bytes).toBeGreaterThan(before);
+    expect(m.rows).toBe(5001);
+  });
+
   it('refuses vectors of the wrong size and bad dimensions; k <= 0 is empty', () => {
     expect(() => new VectorMatrix(0)).toThrow();
     expect(() => new VectorMatrix(-3)).toThrow();

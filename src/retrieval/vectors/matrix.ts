@@ -69,11 +69,15 @@ export class VectorMatrix {
   /** Query codes stay within ±this, so no 32-bit lane of the scan can overflow. */
   private readonly queryRange: number;
 
-  constructor(readonly dims: number) {
+  /** `rows`: room to make at once (a loader that knows the count avoids growing by halves past it). */
+  constructor(
+    readonly dims: number,
+    rows = 1024,
+  ) {
     if (!Number.isInteger(dims) || dims <= 0) throw new Error('vector dimensions must be a positive integer');
     this.stride = Math.ceil(dims / 16) * 16;
     this.queryRange = Math.min(32767, Math.floor(I32_MAX / (CODE * this.stride)));
-    this.layout(1024);
+    this.layout(Math.max(1024, Math.ceil(rows)));
   }
 
   get rows(): number {
