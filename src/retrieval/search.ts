@@ -157,7 +157,9 @@ export async function searchPages(ctx: CoreContext, p: Principal, opts: SearchOp
   const terms = queryTerms(opts.q);
   const out: SearchResult = { mode: opts.mode, mode_used: opts.mode, results: [] };
 
-  const kwSections: KeywordList = opts.mode === 'vector' ? [] : await keywordList(ctx, p, scope, terms);
+  // Keyword alone needs only enough sections for `limit` pages; fusion looks deeper.
+  const kwDepth = opts.mode === 'fts' ? Math.max(50, 5 * opts.limit) : Math.max(CANDIDATES, 5 * opts.limit);
+  const kwSections: KeywordList = opts.mode === 'vector' ? [] : await keywordList(ctx, p, scope, terms, kwDepth);
   const kw: KeywordList = Object.assign(byPage(kwSections), { weak: kwSections.weak, anyWord: kwSections.anyWord });
   let vec: Candidate[] = [];
   if (opts.mode !== 'fts') {
