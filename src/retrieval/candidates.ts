@@ -203,9 +203,8 @@ export async function vectorCandidates(ctx: CoreContext, p: Principal, scope: Sc
   const rows = m.rows;
   const w = where(p, scope, allowed);
   const out: Candidate[] = [];
-  // A window holds one to a few sections: half as many windows as sections wanted usually
-  // suffice; more (×4 each round) when short windows or filters leave too few.
-  let k = Math.max(Math.ceil(limit / 2), 50);
+  // Each window gives at least one section: `limit` windows usually suffice; more only when filters drop some.
+  let k = Math.max(limit, 50);
   let seen = 0;
   for (;;) {
     const hits = m.top(query, Math.min(k, rows));
@@ -238,6 +237,6 @@ export async function vectorCandidates(ctx: CoreContext, p: Principal, scope: Sc
     }
     // Narrow scopes in a large workspace: stop after the nearest VECTOR_SCAN_CAP rows (keyword search covers the rest).
     if (out.length >= limit || seen >= rows || k >= VECTOR_SCAN_CAP) return out.slice(0, limit);
-    k *= 4;
+    k *= 8;
   }
 }
