@@ -152,39 +152,35 @@ export async function keywordCandidates(ctx: CoreContext, p: Principal, scope: S
     // those: a common word matches tens of thousands of sections, and joining them all before
     // the sort was most of a slow query. When the filters leave too few, the full query runs.
     const match = fts5Match(terms, op);
+    // Two steps: the filters pick the best `limit` of the ranked matches (from a covering index,
+    // migration 006), and only those rows are read whole (a section's text, a page's columns
+    // past its body).
+    const best = async (hits: RawBuilder<unknown>) =>
+      (
+        await sql<Candidate>`
+        with hits as (${hits}),
+        top as materialized (
+          select hits.rid, hits.b from hits cross join page_sections s cross join pages p
+          where s.id = hits.rid and p.id = s.page_id and ${w}
+          order by hits.b, hits.rid desc limit ${limit})
+        select ${COLS}, -top.b as score
+        from top cross join page_sections s cross join pages p
+        where s.id = top.rid and p.id = s.page_id
+        order by top.b, top.rid desc`.execute(db)
+      ).rows;
     // The ranked matches: all scored by bm25, the newest `newest` scored, or (every word
-    // common) the newest unscored. Ties and unscored rows go newest first.
-    const hits = !plan.scored
-      ? sql`select rowid as rid, 0.0 as b from page_sections_fts where page_sections_fts match ${match} order by rowid desc limit ${prefilter(limit, false)}`
-      : plan.newest !== null
-        ? sql`select rid, b from (select rowid as rid, ${BM25} as b from page_sections_fts where page_sections_fts match ${match} order by rowid desc limit ${plan.newest}) order by b, rid desc limit ${prefilter(limit, true)}`
-        : sql`select rowid as rid, ${BM25} as b from page_sections_fts where page_sections_fts match ${match} order by b, rowid desc limit ${prefilter(limit, true)}`;
-    // Two steps: the filters pick the best `limit` (from a covering index, migration 006), and
-    // only those rows are read whole (a section's text, a page's columns past its body).
-    rows = (
-      await sql<Candidate>`
-      with hits as (${hits}),
-      top as materialized (
-        select hits.rid, hits.b from hits cross join page_sections s cross join pages p
-        where s.id = hits.rid and p.id = s.page_id and ${w}
-        order by hits.b, hits.rid desc limit ${limit})
-      select ${COLS}, -top.b as score
-      from top cross join page_sections s cross join pages p
-      where s.id = top.rid and p.id = s.page_id
-      order by top.b, top.rid desc`.execute(db)
-    ).rows;
+    // common) the newest unscored; each cut to the prefilter. Ties and unscored rows go newest first.
+    const scoredAll = sql`select rowid as rid, ${BM25} as b from page_sections_fts where page_sections_fts match ${match} order by b, rowid desc`;
+    rows = await best(
+      !plan.scored
+        ? sql`select rowid as rid, 0.0 as b from page_sections_fts where page_sections_fts match ${match} order by rowid desc limit ${prefilter(limit, false)}`
+        : plan.newest !== null
+          ? sql`select rid, b from (select rowid as rid, ${BM25} as b from page_sections_fts where page_sections_fts match ${match} order by rowid desc limit ${plan.newest}) order by b, rid desc limit ${prefilter(limit, true)}`
+          : sql`${scoredAll} limit ${prefilter(limit, true)}`,
+    );
     if (rows.length < limit && plan.scored && plan.newest === null && (await matchesMoreThan(ctx, match, prefilter(limit, true)))) {
       // The filters left too few of the best matches, and there are more: rank every match that passes them.
-      rows = (
-        await sql<Candidate>`
-        select ${COLS}, -${BM25} as score
-        from page_sections_fts
-        join page_sections s on s.id = page_sections_fts.rowid
-        join pages p on p.id = s.page_id
-        where page_sections_fts match ${match} and ${w}
-        order by ${BM25}, s.id desc
-        limit ${limit}`.execute(db)
-      ).rows;
+      rows = await best(scoredAll);
     }
   }
   return rows.filter((c) => visible(p, scope.action, c)).map((c) => ({ ...c, score: Number(c.score) }));
@@ -200,14 +196,14 @@ export async function vectorCandidates(ctx: CoreContext, p: Principal, scope: Sc
   if (allowed === null) return [];
   const m = await ctx.retrieval.matrix(p.workspaceId);
   if (!m || m.dims !== query.length) return [];
-  const rows = m.rows;
+  const total = m.rows;
   const w = where(p, scope, allowed);
   const out: Candidate[] = [];
   // Each window gives at least one section: `limit` windows usually suffice; more only when filters drop some.
   let k = Math.max(limit, 50);
   let seen = 0;
   for (;;) {
-    const hits = m.top(query, Math.min(k, rows));
+    const hits = m.top(query, Math.min(k, total));
     const batch = hits.slice(seen);
     seen = hits.length;
     for (let i = 0; i < batch.length; i += 400) {
@@ -236,7 +232,7 @@ export async function vectorCandidates(ctx: CoreContext, p: Principal, scope: Sc
       }
     }
     // Narrow scopes in a large workspace: stop after the nearest VECTOR_SCAN_CAP rows (keyword search covers the rest).
-    if (out.length >= limit || seen >= rows || k >= VECTOR_SCAN_CAP) return out.slice(0, limit);
+    if (out.length >= limit || seen >= total || k >= VECTOR_SCAN_CAP) return out.slice(0, limit);
     k *= 8;
   }
 }

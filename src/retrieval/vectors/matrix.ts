@@ -177,27 +177,47 @@ export class VectorMatrix {
    */
   top(query: Float32Array, k: number): RowHit[] {
     const n = this.rows;
-    if (query.length !== this.dims) throw new Error(`query of ${query.length} dimensions in a ${this.dims}-dimension matrix`);
+    this.checkQuery(query);
     if (n === 0 || k <= 0) return [];
     const { t, l1 } = this.scanAll(query);
     const scores = new Float32Array(this.memory.buffer, this.scoresOff, n);
     const scales = new Float32Array(this.memory.buffer, this.scalesOff, n);
+    // Exact scores survive a widening: each row is rescored once.
+    const exactOf = new Map<number, number>();
+    const exact = (r: number) => {
+      let e = exactOf.get(r);
+      if (e === undefined) exactOf.set(r, (e = this.dot(r, query)));
+      return e;
+    };
     let want = Math.min(n, k + Math.max(16, k >> 1));
     for (;;) {
       const candidates = selectTop(scores, want);
-      const exact = candidates.map((r) => ({ r, score: this.dot(r, query) })).sort((a, b) => b.score - a.score || a.r - b.r);
-      const top = exact.slice(0, Math.min(k, n));
-      if (want >= n || this.provedTop(top[top.length - 1]!.score, candidates, scores, scales, t, l1)) {
-        return top.map(({ r, score }) => ({ pageId: this.rowPage[r]!, ord: this.rowOrd[r]!, last: this.rowLast[r]!, tag: this.rowTag[r]!, score }));
-      }
+      const top = candidates
+        .map((r) => ({ r, score: exact(r) }))
+        .sort((a, b) => b.score - a.score || a.r - b.r)
+        .slice(0, Math.min(k, n));
+      if (want >= n || this.provedTop(top[top.length - 1]!.score, candidates, scores, scales, t, l1)) return top.map(({ r, score }) => this.rowHit(r, score));
       want = Math.min(n, want * 4);
     }
+  }
+
+  private rowHit(r: number, score: number): RowHit {
+    return { pageId: this.rowPage[r]!, ord: this.rowOrd[r]!, last: this.rowLast[r]!, tag: this.rowTag[r]!, score };
+  }
+
+  private checkQuery(query: Float32Array): void {
+    if (query.length !== this.dims) throw new Error(`query of ${query.length} dimensions in a ${this.dims}-dimension matrix`);
+  }
+
+  /** The error bound that holds for every row: the largest row scale and quantized L1 norm stored. */
+  private matrixBound(t: number, l1: number): number {
+    return (this.maxScale / 2) * l1 + (t / 2) * this.maxL1 + SLACK;
   }
 
   /** No row outside `candidates` can score above `kth`: first by the matrix-wide bound, else row by row. */
   private provedTop(kth: number, candidates: number[], scores: Float32Array, scales: Float32Array, t: number, l1: number): boolean {
     const threshold = scores[candidates[candidates.length - 1]!]! * t;
-    if (kth >= threshold + (this.maxScale / 2) * l1 + (t / 2) * this.maxL1 + SLACK) return true;
+    if (kth >= threshold + this.matrixBound(t, l1)) return true;
     const taken = new Uint8Array(scores.length);
     for (const r of candidates) taken[r] = 1;
     for (let r = 0; r < scores.length; r++) {
@@ -237,17 +257,17 @@ export class VectorMatrix {
    */
   scan(query: Float32Array, k: number): Scan {
     const n = this.rows;
-    if (query.length !== this.dims) throw new Error(`query of ${query.length} dimensions in a ${this.dims}-dimension matrix`);
+    this.checkQuery(query);
     if (n === 0 || k <= 0) return { hits: [], complete: n === 0, threshold: -Infinity, error: 0 };
     const { t, l1 } = this.scanAll(query);
     const scores = new Float32Array(this.memory.buffer, this.scoresOff, n);
     const top = selectTop(scores, Math.min(k, n));
-    const hits = top.map((r) => ({ pageId: this.rowPage[r]!, ord: this.rowOrd[r]!, last: this.rowLast[r]!, tag: this.rowTag[r]!, score: scores[r]! * t }));
+    const hits = top.map((r) => this.rowHit(r, scores[r]! * t));
     return {
       hits,
       complete: top.length === n,
       threshold: top.length === n ? -Infinity : hits[hits.length - 1]!.score,
-      error: (this.maxScale / 2) * l1 + (t / 2) * this.maxL1 + SLACK,
+      error: this.matrixBound(t, l1),
     };
   }
 
