@@ -111,7 +111,7 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
   };
   const run = (p: Principal, sc: Scope, plan: KeywordPlan, limit = 50) => keywordCandidates(s.ctx, p, sc, plan, limit);
   const pathsOf = (list: Candidate[]) => list.map((c) => c.path);
-  const unscored = (terms: string[]): KeywordPlan => ({ terms, op: 'AND', scored: false, newest: SCORE_BUDGET });
+  const unscored = (terms: string[]): KeywordPlan => ({ terms, op: 'AND', scored: false, newest: null });
   const newest = (terms: string[], n: number | null): KeywordPlan => ({ terms, op: 'AND', scored: true, newest: n });
 
   beforeAll(async () => {
@@ -174,9 +174,25 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
     }
   });
 
+  it('a scored plan whose best matches are all out of scope ranks every match in scope', async () => {
+    // 450 sections in Space `noisy` that bm25 prefers (the word three times, short sections):
+    // more than the prefilter ranks from the index alone (`prefilter`: at least 400). The two
+    // in-scope sections rank below all of them, so only the full ranking can find them.
+    const noise = Array.from({ length: 450 }, (_, i) => `## N${i}\n\nquorvex quorvex quorvex ${i}.\n`).join('\n');
+    await write({ path: 'noisy/many.md', title: 'Noise', body: noise });
+    const filler = 'Words about other things entirely, at some length, to make the section long. '.repeat(12);
+    await write({ path: 'quiet/one.md', title: 'One', body: `## First\n\n${filler} A quorvex.\n` });
+    await write({ path: 'quiet/two.md', title: 'Two', body: `## Second\n\n${filler} Another quorvex.\n` });
+    const all = newest(['quorvex'], null);
+    const unscoped = await run(agent, scope(), all, 10);
+    expect(unscoped.every((c) => c.path === 'noisy/many.md')).toBe(true);
+    const inScope = await run(agent, scope({ space: 'quiet' }), all, 10);
+    expect(pathsOf(inScope).sort()).toEqual(['quiet/one.md', 'quiet/two.md']);
+  });
+
   it('an unscored plan takes the newest matches when there are more than it looks at', async () => {
-    // More sections than the unscored prefilter looks at (UNSCORED_PREFILTER, 500, in candidates.ts),
-    // all older than the one page written last.
+    // More sections than the unscored prefilter looks at (`prefilter` in candidates.ts: at
+    // least 200), all older than the one page written last.
     const sections = Array.from({ length: 600 }, (_, i) => `## Part ${i}\n\nThe plethorax and the snorvel, part ${i}.\n`).join('\n');
     await write({ path: 'bulk/many.md', title: 'Plethorax snorvel compendium', body: sections });
     await write({ path: 'bulk/later.md', title: 'Later', body: 'A plethorax, a snorvel.\n' });
