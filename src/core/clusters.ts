@@ -63,7 +63,10 @@ export async function changeClusterState(
       .execute();
     const visible = rows.filter((r) => canReadPage(p, rowFacts(r)));
     const folder = await trx.selectFrom('folders').select(['path', 'archived']).where('workspace_id', '=', p.workspaceId).where('path', '=', cluster).executeTakeFirst();
-    if (visible.length === 0 && !folder) throw notFound(`Folder ${cluster} not found`);
+    // A folder whose pages are all hidden from the caller (or that its read grants do not
+    // cover) answers exactly as a folder that does not exist; only a truly empty folder the
+    // caller may read in is known to exist.
+    if (visible.length === 0 && (!folder || rows.length > 0 || ceilingFor(p, 'read', cluster) === null)) throw notFound(`Folder ${cluster} not found`);
     const from = action === 'archive' ? 'active' : 'archived';
     const todo = visible.filter((r) => r.state === from);
     if (todo.length === 0) {

@@ -44,7 +44,7 @@ export const PageRecordSchema = z.object({
   archived_reason: z.string().nullable(),
   archived_at: z.string().nullable(),
   commit_sha: z.string(),
-  content_hash: z.string().describe('git blob sha of the raw content; the ETag is this value quoted'),
+  content_hash: z.string().describe('git blob sha of the raw content (of a redacted view: `r-` and a hash of what you see); the ETag is this value quoted'),
   redacted: z.boolean(),
   created_at: z.string(),
   updated_at: z.string(),

@@ -35,6 +35,18 @@ export function canReadPage(p: Principal, page: PageFacts): boolean {
   return ceiling !== null && atOrBelow(sens, ceiling);
 }
 
+/**
+ * The caller reads this page (or version) whole: the page itself and every block in it are at
+ * or below the read ceiling for its path. Only such a version may serve as a merge base or a
+ * diff side — anything derived from a redacted version would carry the hidden text.
+ */
+export function canReadInFull(p: Principal, page: PageFacts): boolean {
+  if (!canReadPage(p, page)) return false;
+  const block = level(page.blockLevel);
+  if (page.blockLevel !== null && block === null) return false;
+  return block === null || atOrBelow(block, ceilingFor(p, 'read', page.path) ?? 'public');
+}
+
 /** The predicate used to redact blocks of a page the caller can read. */
 export function blockVisibility(p: Principal, path: string): (l: Level) => boolean {
   const ceiling = ceilingFor(p, 'read', path) ?? 'public';

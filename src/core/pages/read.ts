@@ -1,5 +1,6 @@
 import { createTwoFilesPatch } from 'diff';
-import { canDiff, canReadPage } from '../../policy/pages.js';
+import { redactDocument } from '../../markdown/index.js';
+import { blockVisibility, canDiff, canReadInFull, canReadPage } from '../../policy/pages.js';
 import type { Principal } from '../../policy/principal.js';
 import { ObjectStore } from '../../store/git-objects.js';
 import type { Executor } from '../../store/db.js';
@@ -7,7 +8,7 @@ import type { PageVersionsTable } from '../../store/schema.js';
 import type { CoreContext } from '../context.js';
 import { badRequest, forbidden, notFound } from '../errors.js';
 import { findReadablePage } from './lookup.js';
-import { presentPage, type PageRecord } from './record.js';
+import { presentPage, redactedValidator, type PageRecord } from './record.js';
 
 /** Resolves a commit sha (full, or a unique prefix of at least 7) in the workspace to its seq. */
 async function resolveCommit(db: Executor, workspaceId: string, sha: string): Promise<{ sha: string; seq: number }> {
@@ -112,7 +113,15 @@ export interface HistoryEntry {
   created_at: string;
 }
 
-/** Versions of a page, newest first; versions above the caller's ceiling are left out. */
+/** Version rows read per round while paging history past versions the caller cannot see. */
+const HISTORY_BATCH = 200;
+
+/**
+ * Versions of a page, newest first; versions above the caller's ceiling are left out, and
+ * `next_before` is always the commit of the last version returned (a visible one), so the
+ * commit ids of hidden versions never reach the caller. Hidden versions are skipped in rounds
+ * until `limit` visible ones (and one more, to know a next page exists) are found.
+ */
 export async function pageHistory(
   ctx: CoreContext,
   p: Principal,
@@ -121,27 +130,40 @@ export async function pageHistory(
 ): Promise<{ id: string; versions: HistoryEntry[]; next_before: string | null }> {
   const db = ctx.store.db;
   const row = await findReadablePage(db, p, ref, { includeDeleted: true });
-  let q = db
-    .selectFrom('page_versions')
-    .selectAll()
-    .where('workspace_id', '=', p.workspaceId)
-    .where('page_id', '=', row.id);
-  if (opts.before) q = q.where('commit_seq', '<', (await resolveCommit(db, p.workspaceId, opts.before)).seq);
-  const rows = await q.orderBy('commit_seq', 'desc').limit(opts.limit + 1).execute();
-  const page = rows.slice(0, opts.limit);
-  return {
-    id: row.id,
-    versions: page.filter((v) => versionVisible(p, v)).map((v) => ({
+  let beforeSeq = opts.before ? (await resolveCommit(db, p.workspaceId, opts.before)).seq : null;
+  const visible: PageVersionsTable[] = [];
+  for (;;) {
+    let q = db.selectFrom('page_versions').selectAll().where('workspace_id', '=', p.workspaceId).where('page_id', '=', row.id);
+    if (beforeSeq !== null) q = q.where('commit_seq', '<', beforeSeq);
+    const batch = await q.orderBy('commit_seq', 'desc').limit(HISTORY_BATCH).execute();
+    for (const v of batch) if (versionVisible(p, v)) visible.push(v);
+    if (visible.length > opts.limit || batch.length < HISTORY_BATCH) break;
+    beforeSeq = batch[batch.length - 1]!.commit_seq;
+  }
+  const page = visible.slice(0, opts.limit);
+  const versions: HistoryEntry[] = [];
+  for (const v of page) {
+    versions.push({
       commit_sha: v.commit_sha,
       action: v.action,
       path: v.path,
-      content_hash: v.blob_sha,
+      content_hash: await versionValidator(db, p, v),
       message: v.message,
       principal_id: v.principal_id,
       created_at: v.created_at,
-    })),
-    next_before: rows.length > opts.limit ? page[page.length - 1]!.commit_sha : null,
-  };
+    });
+  }
+  return { id: row.id, versions, next_before: visible.length > opts.limit ? page[page.length - 1]!.commit_sha : null };
+}
+
+/**
+ * The content hash a caller is shown for a version: the git blob sha when it reads the version
+ * whole, else the validator of its redacted view (never the hash of text it cannot see).
+ */
+async function versionValidator(db: Executor, p: Principal, v: PageVersionsTable): Promise<string | null> {
+  if (!v.blob_sha) return null;
+  if (canReadInFull(p, { path: v.path, sensitivity: v.sensitivity, blockLevel: v.block_level })) return v.blob_sha;
+  return redactedValidator(redactDocument(await versionContent(db, p.workspaceId, v), blockVisibility(p, v.path)));
 }
 
 /** A unified diff between two versions of a page (raw content: secret-level read only). */
@@ -154,16 +176,29 @@ export async function pageDiff(
   const db = ctx.store.db;
   const row = await findReadablePage(db, p, ref, { includeDeleted: true });
   if (!canDiff(p, row.path)) throw forbidden('A diff shows raw content and needs secret-level read');
+  // Both sides must be versions the caller reads whole; a hidden one answers as a version that
+  // does not exist, so the diff tells nothing of it.
+  const inFull = (v: PageVersionsTable | null) => v !== null && canReadInFull(p, { path: v.path, sensitivity: v.sensitivity, blockLevel: v.block_level });
   // Without `to`, the latest version: the largest seq an INTEGER column holds.
   const toSeq = opts.to ? (await resolveCommit(db, p.workspaceId, opts.to)).seq : 2_147_483_647;
   const to = await versionAt(db, p.workspaceId, row.id, toSeq);
-  if (!to) throw notFound(`Page ${ref} did not exist at ${opts.to}`);
+  if (!to || !inFull(to)) throw notFound(`Page ${ref} did not exist at ${opts.to ?? 'the latest commit'}`);
   let from: PageVersionsTable | null;
   if (opts.from) {
     from = await versionAt(db, p.workspaceId, row.id, (await resolveCommit(db, p.workspaceId, opts.from)).seq);
-    if (!from) throw notFound(`Page ${ref} did not exist at ${opts.from}`);
+    if (!from || !inFull(from)) throw notFound(`Page ${ref} did not exist at ${opts.from}`);
   } else {
-    from = await versionAt(db, p.workspaceId, row.id, to.commit_seq - 1);
+    // The newest version before `to` that the caller reads whole (hidden ones are skipped).
+    from = null;
+    let seq = to.commit_seq - 1;
+    for (;;) {
+      const v = await versionAt(db, p.workspaceId, row.id, seq);
+      if (!v || inFull(v)) {
+        from = v;
+        break;
+      }
+      seq = v.commit_seq - 1;
+    }
   }
   const fromContent = from?.blob_sha ? await versionContent(db, p.workspaceId, from) : '';
   const toContent = to.blob_sha ? await versionContent(db, p.workspaceId, to) : '';

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { documentBody, findSection, redactDocument } from '../../markdown/index.js';
 import { blockVisibility } from '../../policy/pages.js';
 import type { Principal } from '../../policy/principal.js';
@@ -57,6 +58,16 @@ export type PageRow = Pick<
   /** What the write path already derived and stored; absent for older versions read with `at=`. */
   Partial<Pick<PagesTable, 'title' | 'frontmatter' | 'tags' | 'links' | 'state'>>;
 
+/**
+ * The content hash shown for a redacted view: derived only from what the caller sees (the
+ * redacted text), prefixed `r-` so it never equals a git blob sha. The blob sha of the full
+ * text would let a reader brute-force a short hidden block offline. Never a merge base: a
+ * caller who cannot see a block cannot write that page.
+ */
+export function redactedValidator(redactedContent: string): string {
+  return `r-${createHash('sha256').update('context-vault redacted view\0').update(redactedContent).digest('hex').slice(0, 40)}`;
+}
+
 function slugOf(path: string): string {
   return (path.split('/').pop() ?? path).replace(/\.md$/, '');
 }
@@ -99,7 +110,7 @@ export function presentPage(p: Principal, row: PageRow, opts: { section?: string
     archived_reason: typeof a.frontmatter.archived_reason === 'string' ? a.frontmatter.archived_reason : null,
     archived_at: typeof a.frontmatter.archived_at === 'string' ? a.frontmatter.archived_at : null,
     commit_sha: row.commit_sha,
-    content_hash: row.content_hash,
+    content_hash: redacted ? redactedValidator(content) : row.content_hash,
     redacted,
     created_at: row.created_at,
     updated_at: row.updated_at,

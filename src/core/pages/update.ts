@@ -2,7 +2,6 @@ import type { Transaction } from 'kysely';
 import { parseDocument, serializeDocument } from '../../markdown/index.js';
 import { decideWrite, enforce } from '../../policy/pages.js';
 import type { Principal } from '../../policy/principal.js';
-import { ObjectStore } from '../../store/git-objects.js';
 import type { DB, PagesTable } from '../../store/schema.js';
 import { inTransaction } from '../../store/tx.js';
 import type { CoreContext } from '../context.js';
@@ -11,6 +10,7 @@ import { pushEvents } from '../inbox-events.js';
 import { mergePage } from '../merge.js';
 import { parsePagePath } from '../paths.js';
 import { highest, insertProposal, presentProposal } from '../proposals/record.js';
+import { invalidBase, readableBase, type BaseVersion } from './base.js';
 import { analyzeContent } from './content.js';
 import { findReadablePage } from './lookup.js';
 import { commitPage, facts, rowFacts } from './persist.js';
@@ -44,31 +44,21 @@ function preconditionMatches(current: PagesTable, pre: Precondition): boolean | 
 }
 
 /**
- * The content the writer started from, taken only from this page's own history (a hash
- * from elsewhere must not become a merge base), or null when it cannot be found.
+ * The version the writer started from: the first named (If-Match tags, then base_sha) that is a
+ * version of this page the caller may read in full. A stale precondition that names no such
+ * version is refused (400 invalid_base) — never merged, never kept as a proposal — so an
+ * unknown sha and a hidden version's sha answer alike, and hidden text never enters a merge.
  */
-async function baseContent(trx: Transaction<DB>, current: PagesTable, pre: Precondition): Promise<{ hash: string; content: string } | null> {
+async function baseVersion(trx: Transaction<DB>, p: Principal, current: PagesTable, pre: Precondition): Promise<BaseVersion> {
   const candidates = [
     ...(pre.ifMatch ?? '').split(',').map(unquote).filter((t) => t && t !== '*'),
     ...(pre.baseSha ? [pre.baseSha.trim().toLowerCase()] : []),
   ];
   for (const c of candidates) {
-    const v = await trx
-      .selectFrom('page_versions')
-      .select('blob_sha')
-      .where('workspace_id', '=', current.workspace_id)
-      .where('page_id', '=', current.id)
-      .where((eb) => eb.or([eb('blob_sha', '=', c), eb('commit_sha', '=', c)]))
-      .where('blob_sha', 'is not', null)
-      .orderBy('commit_seq', 'desc')
-      .limit(1)
-      .executeTakeFirst();
-    if (v?.blob_sha) {
-      const blob = await new ObjectStore(trx, current.workspace_id).getBlob(v.blob_sha);
-      if (blob) return { hash: v.blob_sha, content: blob.toString('utf8') };
-    }
+    const v = await readableBase(trx, p, current, c);
+    if (v) return v;
   }
-  return null;
+  throw invalidBase(candidates[0] ?? '');
 }
 
 export type PageUpdate =
@@ -128,22 +118,22 @@ export async function updatePage(
     let raw: string;
     let merged = false;
     if (preconditionMatches(current, pre) === false) {
-      const base = await baseContent(trx, current, pre);
-      const theirs = applyUpdate(base?.content ?? current.content, update);
+      const base = await baseVersion(trx, p, current, pre);
+      const theirs = applyUpdate(base.content, update);
       const content = analyzeContent(theirs, target.slug);
       // Only a writer may have a conflict kept as a proposal: check the write first.
       enforce(decideWrite(p, rowFacts(current), facts(current.path, content)));
-      const m = base ? mergePage(base.content, current.content, theirs) : null;
-      if (!m || m.kind === 'conflict') {
+      const m = mergePage(base.content, current.content, theirs);
+      if (m.kind === 'conflict') {
         const proposal = await insertProposal(ctx, trx, p, {
           kind: 'edit',
           origin: 'conflict',
           pageId: current.id,
           path: current.path,
           content: theirs,
-          baseHash: base?.hash ?? null,
-          baseCommit: null,
-          reason: m ? m.reason : 'The base you wrote against is not in this page\'s history',
+          baseHash: base.blobSha,
+          baseCommit: base.commitSha,
+          reason: m.reason,
           sensitivity: highest(current.sensitivity, current.block_level, content.sensitivity, content.blockLevel),
         });
         await pushEvents(ctx, trx, p.workspaceId, [
