@@ -45,6 +45,12 @@ function sameIp(a: string, b: string): boolean {
   return strip(a) === strip(b);
 }
 
+/** A human's role in a workspace now, or null when they are not (or no longer) a member. */
+async function roleOf(db: CoreContext['store']['db'], workspaceId: string, principalId: string): Promise<Role | null> {
+  const m = await db.selectFrom('members').select('role').where('workspace_id', '=', workspaceId).where('principal_id', '=', principalId).executeTakeFirst();
+  return (m?.role as Role | undefined) ?? null;
+}
+
 async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): Promise<Principal> {
   const db = ctx.store.db;
   const key = await db
@@ -64,6 +70,7 @@ async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): P
       'principals.ceiling as agentCeiling',
       'principals.created_by',
       'principals.deleted_at',
+      'principals.suspended_at',
       'workspaces.id as workspaceId',
       'workspaces.slug',
       'workspaces.token_epoch',
@@ -72,7 +79,8 @@ async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): P
     .executeTakeFirst();
   // One message for every dead key: the caller learns nothing about which check failed.
   const dead = () => unauthorized('The agent key is invalid, expired or revoked', 'invalid_token');
-  if (!key || key.revoked_at || key.deleted_at || key.epoch !== key.token_epoch) throw dead();
+  // A suspended agent (its creator left the workspace) is as dead as a revoked key.
+  if (!key || key.revoked_at || key.deleted_at || key.suspended_at || key.epoch !== key.token_epoch) throw dead();
   if (key.expires_at && Date.parse(key.expires_at) <= Date.now()) throw dead();
   if (key.ip_pin && !sameIp(key.ip_pin, c.ip)) throw unauthorized('This key is pinned to another IP address', 'invalid_token');
   if (c.workspace && c.workspace !== key.workspaceId && c.workspace !== key.slug) {
@@ -106,6 +114,7 @@ async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): P
     stepUpAt: null,
     elevatedUntil: elevation?.until ?? null,
     createdBy: key.created_by,
+    creatorRole: key.created_by ? await roleOf(db, key.workspaceId, key.created_by) : null,
   };
 }
 
@@ -124,6 +133,7 @@ async function fromSession(ctx: CoreContext, token: string, c: Credentials): Pro
       'sessions.stepup_at',
       'sessions.pending',
       'sessions.last_seen_at',
+      'sessions.created_at',
       'principals.name',
       'principals.deleted_at',
     ])
@@ -158,12 +168,16 @@ async function fromSession(ctx: CoreContext, token: string, c: Credentials): Pro
   const member = await db
     .selectFrom('members')
     .innerJoin('workspaces', 'workspaces.id', 'members.workspace_id')
-    .select(['members.role', 'workspaces.slug'])
+    .select(['members.role', 'workspaces.slug', 'workspaces.locked_at', 'workspaces.locked_by_session'])
     .where('members.workspace_id', '=', workspaceId)
     .where('members.principal_id', '=', s.principal_id)
     .executeTakeFirst();
   // Not a member: the workspace does not exist for this caller.
   if (!member) throw notFound(`Workspace ${c.workspace ?? workspaceId} not found`, 'workspace_not_found');
+  // A lockdown ended every older session's access to this workspace (not to the others).
+  if (member.locked_at && s.created_at < member.locked_at && s.id !== member.locked_by_session) {
+    throw unauthorized('This workspace was locked down after you signed in; sign in again to use it', 'session_expired');
+  }
   return {
     id: s.principal_id,
     kind: 'human',

@@ -9,6 +9,9 @@ import type { CoreContext } from './context.js';
 import { forbidden, notFound } from './errors.js';
 import { nowIso } from './ids.js';
 import { findWorkspace } from './workspaces.js';
+import { capCreatorsAgents, suspendCreatorsAgents } from './principals.js';
+import { ROLE_ACTIONS, ROLE_CEILING } from '../policy/access.js';
+import { rank } from '../policy/sensitivity.js';
 
 /** A member as the interface shows it. */
 export interface MemberRecord {
@@ -121,6 +124,9 @@ export async function changeRole(ctx: CoreContext, p: Principal, ws: string | un
       action: 'member.role',
       detail: { member: memberId, from: target.role, to: role },
     });
+    // A lower role lowers the agents this member made (issue 11): same transaction, audited.
+    const lowered = rank(ROLE_CEILING[role]) < rank(ROLE_CEILING[target.role]) || ROLE_ACTIONS[role].length < ROLE_ACTIONS[target.role].length;
+    if (lowered) await capCreatorsAgents(trx, scope.workspace.id, p.id, memberId, role);
     return { ...target, role };
   });
 }
@@ -129,7 +135,8 @@ export async function changeRole(ctx: CoreContext, p: Principal, ws: string | un
  * Removes a member, or lets a member leave (memberId = the caller). Access ends at once:
  * every request resolves membership afresh. The removed human's sessions that defaulted to
  * this workspace move to their oldest remaining membership (or end, when none remains), and
- * their git tokens for this workspace are revoked. Agents they created stay.
+ * their git tokens for this workspace are revoked. Agents they created are suspended (keys
+ * revoked) until an owner adopts them.
  */
 export async function removeMember(
   ctx: CoreContext,
@@ -162,6 +169,7 @@ export async function removeMember(
       .where('workspace_id', '=', wsId)
       .where('revoked_at', 'is', null)
       .execute();
+    await suspendCreatorsAgents(trx, wsId, p.id, memberId, now);
     const left = memberId === p.id;
     await appendAudit(trx, wsId, {
       principalId: p.id,

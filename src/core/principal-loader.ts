@@ -32,6 +32,7 @@ export async function workspacePrincipals(db: Executor, workspaceId: string): Pr
     .where('workspace_id', '=', workspaceId)
     .where('kind', '=', 'agent')
     .where('deleted_at', 'is', null)
+    .where('suspended_at', 'is', null)
     .execute();
   return [...humans.map((h) => ({ ...h, kind: 'human' as const })), ...agents.map((a) => ({ ...a, kind: 'agent' as const }))];
 }
@@ -81,6 +82,7 @@ export async function loadPrincipals(db: Executor, workspaceId: string, ids: rea
     .where('workspace_id', '=', workspaceId)
     .where('kind', '=', 'agent')
     .where('deleted_at', 'is', null)
+    .where('suspended_at', 'is', null)
     .where('id', 'in', wanted)
     .execute();
   if (agents.length === 0) return out;
@@ -108,6 +110,12 @@ export async function loadPrincipals(db: Executor, workspaceId: string, ids: rea
     .groupBy('agent_id')
     .execute();
   const until = new Map(elevations.map((e) => [e.agent_id, e.until as string | null]));
+  const creators = [...new Set(agents.map((a) => a.created_by).filter((c): c is string => c !== null))];
+  const creatorRoles = new Map<string, Role>();
+  if (creators.length > 0) {
+    const rows = await db.selectFrom('members').select(['principal_id', 'role']).where('workspace_id', '=', workspaceId).where('principal_id', 'in', creators).execute();
+    for (const r of rows) creatorRoles.set(r.principal_id, r.role as Role);
+  }
   for (const a of agents) {
     out.set(a.id, {
       ...base,
@@ -120,6 +128,7 @@ export async function loadPrincipals(db: Executor, workspaceId: string, ids: rea
       via: 'key',
       elevatedUntil: until.get(a.id) ?? null,
       createdBy: a.created_by,
+      creatorRole: a.created_by ? (creatorRoles.get(a.created_by) ?? null) : null,
     });
   }
   return out;

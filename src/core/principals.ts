@@ -1,12 +1,13 @@
 import { isIP } from 'node:net';
 import { hashSecret, newSecret, secretHint } from '../auth/secrets.js';
-import { canGrant, canManageAgent, grantingNeedsStepUp, hasStepUp, ROLE_CEILING, seesPrincipalDetails } from '../policy/access.js';
-import type { Grant, Principal } from '../policy/principal.js';
-import { atOrBelow, type Level } from '../policy/sensitivity.js';
+import { canGrant, canManageAgent, capGrantsToRole, grantingNeedsStepUp, hasStepUp, ROLE_CEILING, seesPrincipalDetails } from '../policy/access.js';
+import type { Grant, Principal, Role } from '../policy/principal.js';
+import type { Executor } from '../store/db.js';
+import { atOrBelow, minLevel, type Level } from '../policy/sensitivity.js';
 import { inTransaction } from '../store/tx.js';
 import { appendAudit } from './audit.js';
 import type { CoreContext } from './context.js';
-import { badRequest, forbidden, notFound } from './errors.js';
+import { badRequest, conflict, forbidden, notFound } from './errors.js';
 import { newId, nowIso } from './ids.js';
 import { parseFolderPath } from './paths.js';
 
@@ -18,6 +19,8 @@ export interface AgentRecord {
   creator: string | null;
   grants: Grant[];
   created_at: string;
+  /** Set while the agent is suspended (its creator left the workspace) until an owner adopts it. */
+  suspended_at: string | null;
 }
 
 export interface PrincipalSummary {
@@ -29,6 +32,7 @@ export interface PrincipalSummary {
   ceiling?: string | null;
   creator?: string | null;
   created_at?: string;
+  suspended_at?: string | null;
 }
 
 function requireStepUpForSecret(p: Principal, grants: Grant[], ceiling?: Level | null): void {
@@ -116,7 +120,7 @@ export async function createAgent(
     await writeGrants(trx, id, grants);
     await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'agent.create', detail: { agent: id, name: input.name, grants } });
   });
-  return { id, kind: 'agent', name: input.name, ceiling: input.ceiling, creator: p.id, grants, created_at: now };
+  return { id, kind: 'agent', name: input.name, ceiling: input.ceiling, creator: p.id, grants, created_at: now, suspended_at: null };
 }
 
 /** Humans (members) and agents of the workspace; agents see only id, name and kind. */
@@ -132,13 +136,15 @@ export async function listPrincipals(ctx: CoreContext, p: Principal): Promise<Pr
     .execute();
   const agents = await db
     .selectFrom('principals')
-    .select(['id', 'name', 'ceiling', 'created_by', 'created_at'])
+    .select(['id', 'name', 'ceiling', 'created_by', 'created_at', 'suspended_at'])
     .where('workspace_id', '=', p.workspaceId)
     .where('kind', '=', 'agent')
     .where('deleted_at', 'is', null)
     .orderBy('created_at')
     .execute();
   const full = seesPrincipalDetails(p);
+  // Suspended agents cannot act or be mentioned: agents do not see them at all.
+  if (!full) agents.splice(0, agents.length, ...agents.filter((a) => !a.suspended_at));
   return [
     ...humans.map((h) =>
       full
@@ -147,7 +153,7 @@ export async function listPrincipals(ctx: CoreContext, p: Principal): Promise<Pr
     ),
     ...agents.map((a) =>
       full
-        ? { id: a.id, name: a.name, kind: 'agent' as const, ceiling: a.ceiling, creator: a.created_by, created_at: a.created_at }
+        ? { id: a.id, name: a.name, kind: 'agent' as const, ceiling: a.ceiling, creator: a.created_by, created_at: a.created_at, suspended_at: a.suspended_at ?? null }
         : { id: a.id, name: a.name, kind: 'agent' as const },
     ),
   ];
@@ -164,6 +170,7 @@ export async function getAgent(ctx: CoreContext, p: Principal, id: string): Prom
     creator: row.created_by,
     grants: await grantsOf(ctx, row.id),
     created_at: row.created_at,
+    suspended_at: row.suspended_at ?? null,
   };
 }
 
@@ -235,7 +242,10 @@ export async function mintKey(
   id: string,
   input: { name: string; expires_in_days?: number | null | undefined; ip_pin?: string | null | undefined; ceiling?: Level | null | undefined },
 ): Promise<KeyRecord & { key: string }> {
-  await manageable(ctx, p, id);
+  const agent = await manageable(ctx, p, id);
+  if (agent.suspended_at) {
+    throw conflict(`Agent ${id} is suspended (its creator left the workspace); an owner adopts it first: POST /api/v1/principals/${id}/adopt`, 'agent_suspended');
+  }
   if (input.ip_pin && isIP(input.ip_pin) === 0) throw badRequest('ip_pin must be an IPv4 or IPv6 address', 'invalid_request');
   const secret = newSecret('ak_');
   const now = new Date();
@@ -281,4 +291,73 @@ export async function revokeKey(ctx: CoreContext, p: Principal, id: string, keyI
     }
     await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'agent.key.revoke', detail: { agent: id, key: keyId } });
   });
+}
+
+/**
+ * An owner takes custody of an agent: they become its creator, its grants and own ceiling are
+ * capped to their role, and a suspended agent is active again (its old keys stay revoked; mint
+ * new ones). Used after the creator left the workspace, or was demoted.
+ */
+export async function adoptAgent(ctx: CoreContext, p: Principal, id: string): Promise<AgentRecord> {
+  requireHuman(p, 'adopt agents');
+  if (p.role !== 'owner') throw forbidden('Only a workspace owner may adopt an agent');
+  const row = await loadAgentRow(ctx, p, id);
+  const grants = capGrantsToRole(await grantsOf(ctx, id), p.role);
+  const ceiling = minLevel((row.ceiling ?? 'internal') as Level, ROLE_CEILING[p.role]);
+  await inTransaction(ctx.store, p.workspaceId, async (trx) => {
+    await trx.updateTable('principals').set({ created_by: p.id, suspended_at: null, ceiling }).where('id', '=', id).execute();
+    await writeGrants(trx, id, grants);
+    await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'agent.adopt', detail: { agent: id, from: row.created_by, was_suspended: row.suspended_at ?? null, grants } });
+  });
+  return { ...(await getAgent(ctx, p, id)) } as AgentRecord;
+}
+
+/**
+ * When a member's role falls, the agents they made fall with it, in the caller's transaction:
+ * actions the new role lacks are dropped from their grants, ceilings (grants' and the agent's
+ * own) fall to the role's, and each change is audited. The resolver caps them at the
+ * creator's current role too; this makes the stored grants say the truth.
+ */
+export async function capCreatorsAgents(trx: Executor, workspaceId: string, actorId: string, creatorId: string, role: Role): Promise<void> {
+  const agents = await trx
+    .selectFrom('principals')
+    .select(['id', 'ceiling'])
+    .where('workspace_id', '=', workspaceId)
+    .where('kind', '=', 'agent')
+    .where('created_by', '=', creatorId)
+    .where('deleted_at', 'is', null)
+    .execute();
+  for (const a of agents) {
+    const rows = await trx.selectFrom('grants').selectAll().where('principal_id', '=', a.id).orderBy('position').execute();
+    const before = rows.map((r) => ({ action: r.action as Grant['action'], scope: r.scope, ceiling: r.ceiling as Level }));
+    const after = capGrantsToRole(before, role);
+    const ceiling = minLevel((a.ceiling ?? 'internal') as Level, ROLE_CEILING[role]);
+    if (JSON.stringify(before) === JSON.stringify(after) && ceiling === a.ceiling) continue;
+    await writeGrants(trx as Parameters<typeof writeGrants>[0], a.id, after);
+    await trx.updateTable('principals').set({ ceiling }).where('id', '=', a.id).execute();
+    await appendAudit(trx, workspaceId, { principalId: actorId, action: 'agent.grants.capped', detail: { agent: a.id, creator: creatorId, role, before, after, ceiling } });
+  }
+}
+
+/**
+ * When a member leaves or is removed, the agents they made in that workspace are suspended and
+ * every key of theirs revoked, in the caller's transaction, until an owner adopts them.
+ */
+export async function suspendCreatorsAgents(trx: Executor, workspaceId: string, actorId: string, creatorId: string, now: string): Promise<number> {
+  const agents = await trx
+    .selectFrom('principals')
+    .select('id')
+    .where('workspace_id', '=', workspaceId)
+    .where('kind', '=', 'agent')
+    .where('created_by', '=', creatorId)
+    .where('deleted_at', 'is', null)
+    .where('suspended_at', 'is', null)
+    .execute();
+  for (const a of agents) {
+    await trx.updateTable('principals').set({ suspended_at: now }).where('id', '=', a.id).execute();
+    await trx.updateTable('agent_keys').set({ revoked_at: now }).where('principal_id', '=', a.id).where('revoked_at', 'is', null).execute();
+    await trx.updateTable('elevations').set({ revoked_at: now }).where('agent_id', '=', a.id).where('revoked_at', 'is', null).execute();
+    await appendAudit(trx, workspaceId, { principalId: actorId, action: 'agent.suspend', detail: { agent: a.id, creator: creatorId } });
+  }
+  return agents.length;
 }

@@ -4,7 +4,7 @@ import type { Principal } from '../policy/principal.js';
 import { inTransaction } from '../store/tx.js';
 import { appendAudit } from './audit.js';
 import type { CoreContext } from './context.js';
-import { badRequest, forbidden, notFound, ServiceError } from './errors.js';
+import { badRequest, conflict, forbidden, notFound, ServiceError } from './errors.js';
 import { newId, nowIso } from './ids.js';
 import { requireWorkspace } from './workspaces.js';
 
@@ -32,26 +32,57 @@ async function requireOwnerOf(ctx: CoreContext, p: Principal, wsRef: string) {
 
 /**
  * Lockdown: bumps the token epoch (every agent key, git token and OAuth token minted
- * before dies at once) and drops every session of the workspace's members but the caller's.
+ * before dies at once), revokes pending invites and active elevations, and ends every other
+ * session's access to THIS workspace: sessions created before the lockdown (but the caller's)
+ * are refused here until their human signs in again, while the same sessions keep working in
+ * the humans' other workspaces (sessions are per user, not per workspace).
  */
-export async function lockdown(ctx: CoreContext, p: Principal, wsRef: string): Promise<{ workspace: string; token_epoch: number; sessions_dropped: number }> {
+export async function lockdown(
+  ctx: CoreContext,
+  p: Principal,
+  wsRef: string,
+): Promise<{ workspace: string; token_epoch: number; sessions_dropped: number; invites_revoked: number; elevations_revoked: number }> {
   const ws = await requireOwnerOf(ctx, p, wsRef);
   requireStepUp(p, 'Lockdown');
   return inTransaction(ctx.store, ws.id, async (trx) => {
     const cur = await trx.selectFrom('workspaces').select('token_epoch').where('id', '=', ws.id).executeTakeFirstOrThrow();
     const epoch = cur.token_epoch + 1;
-    await trx.updateTable('workspaces').set({ token_epoch: epoch }).where('id', '=', ws.id).execute();
     const now = nowIso();
-    const dropped = await trx
-      .updateTable('sessions')
-      .set({ revoked_at: now })
+    await trx.updateTable('workspaces').set({ token_epoch: epoch, locked_at: now, locked_by_session: p.sessionId }).where('id', '=', ws.id).execute();
+    // Sessions of this workspace's members that were live at the lockdown (for the audit).
+    const affected = await trx
+      .selectFrom('sessions')
+      .select((eb) => eb.fn.countAll<number | string>().as('n'))
       .where('revoked_at', 'is', null)
+      .where('expires_at', '>', now)
       .where('id', '!=', p.sessionId ?? '')
       .where('principal_id', 'in', (eb) => eb.selectFrom('members').select('principal_id').where('workspace_id', '=', ws.id))
+      .executeTakeFirstOrThrow();
+    const invites = await trx
+      .updateTable('invites')
+      .set({ revoked_at: now })
+      .where('workspace_id', '=', ws.id)
+      .where('revoked_at', 'is', null)
+      .where('accepted_at', 'is', null)
       .executeTakeFirst();
-    const n = Number(dropped.numUpdatedRows);
-    await appendAudit(trx, ws.id, { principalId: p.id, action: 'workspace.lockdown', detail: { token_epoch: epoch, sessions_dropped: n } });
-    return { workspace: ws.slug, token_epoch: epoch, sessions_dropped: n };
+    const elevations = await trx
+      .updateTable('elevations')
+      .set({ revoked_at: now })
+      .where('workspace_id', '=', ws.id)
+      .where('revoked_at', 'is', null)
+      .where('expires_at', '>', now)
+      .executeTakeFirst();
+    const n = Number(affected.n);
+    const result = {
+      workspace: ws.slug,
+      token_epoch: epoch,
+      sessions_dropped: n,
+      invites_revoked: Number(invites.numUpdatedRows),
+      elevations_revoked: Number(elevations.numUpdatedRows),
+    };
+    const { workspace: _w, ...detail } = result;
+    await appendAudit(trx, ws.id, { principalId: p.id, action: 'workspace.lockdown', detail });
+    return result;
   });
 }
 
@@ -64,6 +95,29 @@ export interface ElevationRecord {
   reason: string;
   created_at: string;
   expires_at: string;
+}
+
+/**
+ * An elevation must do what its name says (issue 11): while it lasts the agent reads at secret
+ * within its read grants, capped only by a key's own ceiling. Refused, naming what stands in
+ * the way, when it would change nothing: a suspended agent, no read grant, or keys that all
+ * carry a ceiling below secret.
+ */
+async function assertElevationTakesEffect(ctx: CoreContext, agent: { id: string; suspended_at?: string | null }): Promise<void> {
+  const ineffective = (why: string) => conflict(`The elevation would change nothing: ${why}`, 'elevation_ineffective');
+  if (agent.suspended_at) throw ineffective(`agent ${agent.id} is suspended (its creator left the workspace); adopt it first (POST /api/v1/principals/${agent.id}/adopt)`);
+  const reads = await ctx.store.db.selectFrom('grants').select('scope').where('principal_id', '=', agent.id).where('action', '=', 'read').execute();
+  if (reads.length === 0) throw ineffective(`agent ${agent.id} holds no read grant, and an elevation raises reading within the agent's read grants; give it one (PUT /api/v1/principals/${agent.id}/grants)`);
+  const keys = await ctx.store.db
+    .selectFrom('agent_keys')
+    .select(['id', 'ceiling', 'expires_at'])
+    .where('principal_id', '=', agent.id)
+    .where('revoked_at', 'is', null)
+    .execute();
+  const live = keys.filter((k) => !k.expires_at || Date.parse(k.expires_at) > Date.now());
+  if (live.length > 0 && live.every((k) => k.ceiling !== null && k.ceiling !== 'secret')) {
+    throw ineffective(`every live key of agent ${agent.id} carries a ceiling below secret (${live.map((k) => `${k.id}: ${k.ceiling}`).join(', ')}); mint a key without one`);
+  }
 }
 
 /** Raises one agent to secret until the stated time: the only way an agent reads secret. */
@@ -79,13 +133,14 @@ export async function elevate(
   }
   const agent = await ctx.store.db
     .selectFrom('principals')
-    .select('id')
+    .select(['id', 'suspended_at'])
     .where('id', '=', input.agent_id)
     .where('kind', '=', 'agent')
     .where('workspace_id', '=', p.workspaceId)
     .where('deleted_at', 'is', null)
     .executeTakeFirst();
   if (!agent) throw notFound(`Agent ${input.agent_id} not found`);
+  await assertElevationTakesEffect(ctx, agent);
   const now = new Date();
   const rec = {
     id: `el_${newId.key().slice(3)}`,

@@ -94,6 +94,7 @@ export const AgentSchema = z.object({
   creator: z.string().nullable(),
   grants: z.array(z.object({ action: z.string(), scope: z.string(), ceiling: z.string() })),
   created_at: z.string(),
+  suspended_at: z.string().nullable().describe('Set while suspended: its creator left the workspace; an owner adopts it'),
 });
 
 export const PrincipalSummarySchema = z.object({
@@ -105,6 +106,7 @@ export const PrincipalSummarySchema = z.object({
   ceiling: z.string().nullable().optional(),
   creator: z.string().nullable().optional(),
   created_at: z.string().optional(),
+  suspended_at: z.string().nullable().optional(),
 });
 
 export const KeySchema = z.object({

@@ -20,7 +20,7 @@ export function scopeCovers(scope: string, target: string): boolean {
   return target === scope || target.startsWith(`${scope}/`);
 }
 
-function isElevated(p: Principal, now: Date): boolean {
+export function isElevated(p: Principal, now: Date = new Date()): boolean {
   return p.elevatedUntil !== null && Date.parse(p.elevatedUntil) > now.getTime();
 }
 
@@ -28,7 +28,13 @@ function isElevated(p: Principal, now: Date): boolean {
  * The caller's effective ceiling for an action on a target (a page path, a folder, a
  * space, or `*` for workspace-wide), or null when the action is not allowed there at all.
  * = min(role or agent ceiling, best matching grant, key ceiling), agents capped below
- * secret unless elevated.
+ * secret unless elevated. An agent never exceeds its creator's current role: an action the
+ * creator's role lacks is refused, and the ceiling is capped at the role's.
+ *
+ * An elevation (issue 11) does what its name says: while it lasts the agent READS at secret
+ * wherever a read grant of its covers the target, whatever that grant's or the agent's own
+ * ceiling says; only the key's ceiling still caps. The elevation is an owner's act, so it
+ * also lifts the creator's cap for reading. Other actions keep their grants' ceilings.
  */
 export function ceilingFor(p: Principal, action: Action, target: string, now = new Date()): Level | null {
   if (p.kind === 'human') {
@@ -41,13 +47,37 @@ export function ceilingFor(p: Principal, action: Action, target: string, now = n
     if (best === null || rank(g.ceiling) > rank(best)) best = g.ceiling;
   }
   if (best === null) return null;
-  const cap = isElevated(p, now) ? 'secret' : AGENT_CAP;
-  return minLevel(best, p.agentCeiling, p.keyCeiling, cap);
+  const elevated = isElevated(p, now);
+  if (elevated && action === 'read') return minLevel('secret', p.keyCeiling);
+  const creator = creatorCap(p);
+  if (creator === null || !ROLE_ACTIONS[creator].includes(action)) return null;
+  const cap = elevated ? 'secret' : AGENT_CAP;
+  return minLevel(best, p.agentCeiling, p.keyCeiling, cap, ROLE_CEILING[creator]);
+}
+
+/**
+ * The role an agent's reach is capped at: its creator's current role. `undefined` (a principal
+ * built without it, e.g. by a unit test) means no cap beyond the grants; null means the
+ * creator is gone and the agent can do nothing.
+ */
+function creatorCap(p: Principal): Role | null {
+  if (p.creatorRole === undefined) return 'owner';
+  return p.creatorRole;
+}
+
+/** The grants an agent keeps when its creator's role becomes `role`: actions the role lacks go, ceilings fall to the role's. */
+export function capGrantsToRole(grants: readonly Grant[], role: Role): Grant[] {
+  return grants
+    .filter((g) => ROLE_ACTIONS[role].includes(g.action))
+    .map((g) => ({ ...g, ceiling: minLevel(g.ceiling, ROLE_CEILING[role]) }));
 }
 
 /** True when the caller may perform the action somewhere inside the target (used for listings). */
 export function hasActionWithin(p: Principal, action: Action, target: string): boolean {
   if (p.kind === 'human') return ceilingFor(p, action, target) !== null;
+  const creator = creatorCap(p);
+  const readsElevated = action === 'read' && isElevated(p, new Date());
+  if (!readsElevated && (creator === null || !ROLE_ACTIONS[creator].includes(action))) return false;
   return p.grants.some((g) => g.action === action && (scopeCovers(g.scope, target) || scopeCovers(target, g.scope)));
 }
 
@@ -82,7 +112,10 @@ export type { Grant };
 /** The caller's ceiling before any grant narrows it (what whoami reports). */
 export function baseCeiling(p: Principal, now = new Date()): Level {
   if (p.kind === 'human') return minLevel(p.role ? ROLE_CEILING[p.role] : 'public', p.keyCeiling);
-  return minLevel(p.agentCeiling ?? 'internal', p.keyCeiling, isElevated(p, now) ? 'secret' : AGENT_CAP);
+  // Elevated: it reads at secret (within its read grants), capped only by the key.
+  if (isElevated(p, now)) return minLevel('secret', p.keyCeiling);
+  const creator = creatorCap(p);
+  return minLevel(p.agentCeiling ?? 'internal', p.keyCeiling, AGENT_CAP, creator ? ROLE_CEILING[creator] : 'public');
 }
 
 /** Step-up lasts five minutes (spec §8). */

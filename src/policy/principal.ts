@@ -40,4 +40,10 @@ export interface Principal {
   elevatedUntil: string | null;
   /** The created_by of an agent (who may manage it). */
   createdBy: string | null;
+  /**
+   * Agents: their creator's role in the workspace NOW (null when the creator is no longer a
+   * member). An agent never reaches further than its creator's current role (issue 11).
+   * Omitted for humans.
+   */
+  creatorRole?: Role | null;
 }

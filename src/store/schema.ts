@@ -11,6 +11,9 @@ export interface WorkspacesTable {
   name: string;
   token_epoch: number;
   created_at: string;
+  /** When the last lockdown happened; sessions older than it (but the locker's) are refused here. */
+  locked_at?: string | null;
+  locked_by_session?: string | null;
 }
 
 export interface PrincipalsTable {
@@ -29,6 +32,8 @@ export interface PrincipalsTable {
   totp_secret: string | null;
   totp_enabled_at: string | null;
   totp_last_step: number | null;
+  /** Agents: set while suspended (its creator left the workspace) until an owner adopts it. */
+  suspended_at?: string | null;
 }
 
 export interface MembersTable {

@@ -337,7 +337,7 @@ describe.each(testEngines())('members (%s)', (engine) => {
     expect(await memberRole(ann.client, gus.workspace.slug, ann.id)).toBe('owner');
   });
 
-  it('agents created by a human who leaves stay, keep working, and the owner can manage them', async () => {
+  it('agents created by a human who leaves are suspended at once (keys dead) until an owner adopts them (issue 11)', async () => {
     const hal = await signupHuman(s.url, 'Hal');
     await join(ann.client, team.slug, hal.client, 'editor');
     const made = await hal.client.post(at('/api/v1/principals', team.slug), {
@@ -348,16 +348,27 @@ describe.each(testEngines())('members (%s)', (engine) => {
     const key = await hal.client.post(at(`/api/v1/principals/${made.body.id}/tokens`, team.slug), { name: 'k' });
     expectStatus(key, 201);
     const bot = new Client(s.url, key.body.key);
+    expectStatus(await bot.get('/api/v1/me'), 200);
 
     expectStatus(await hal.client.delete(at(`/api/v1/members/${hal.id}`, team.slug)), 200);
-    const me = await bot.get('/api/v1/me');
-    expectStatus(me, 200);
-    expect(me.body.workspace.id).toBe(team.id);
-    expectStatus(await bot.get(`/api/v1/nodes/${encodeURIComponent('eng/handbook.md')}`), 200);
+    // The key dies with its creator's membership, like any dead key.
+    expectError(await bot.get('/api/v1/me'), 401, 'invalid_token');
+    expectError(await bot.get(`/api/v1/nodes/${encodeURIComponent('eng/handbook.md')}`), 401, 'invalid_token');
     const listed = (await ann.client.get('/api/v1/principals')).body.principals.find((p: any) => p.id === made.body.id);
     expect(listed).toMatchObject({ kind: 'agent', name: 'hal-bot', creator: hal.id });
-    expectStatus(await ann.client.delete(`/api/v1/principals/${made.body.id}`), 200);
+    expect(listed.suspended_at).toEqual(expect.any(String));
+    // No new key before an owner adopts it.
+    expectError(await ann.client.post(`/api/v1/principals/${made.body.id}/tokens`, { name: 'k2' }), 409, 'agent_suspended');
+    const adopted = await ann.client.post(`/api/v1/principals/${made.body.id}/adopt`);
+    expectStatus(adopted, 200);
+    expect(adopted.body).toMatchObject({ creator: ann.id, suspended_at: null });
+    // The old key stays dead; a new one works.
     expectError(await bot.get('/api/v1/me'), 401, 'invalid_token');
+    const fresh = await ann.client.post(`/api/v1/principals/${made.body.id}/tokens`, { name: 'k3' });
+    expectStatus(fresh, 201);
+    expectStatus(await new Client(s.url, fresh.body.key).get(`/api/v1/nodes/${encodeURIComponent('eng/handbook.md')}`), 200);
+    const audit = await s.ctx.store.db.selectFrom('audit_log').select('action').where('workspace_id', '=', team.id).execute();
+    expect(audit.map((a) => a.action)).toEqual(expect.arrayContaining(['agent.suspend', 'agent.adopt']));
   });
 
   it('the members routes appear in the OpenAPI document', async () => {

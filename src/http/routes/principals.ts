@@ -3,6 +3,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
 import {
+  adoptAgent,
   createAgent,
   deleteAgent,
   getAgent,
@@ -64,6 +65,20 @@ export async function principalRoutes(app: FastifyInstance, ctx: CoreContext): P
       await deleteAgent(ctx, caller(req), req.params.id);
       return { deleted: true as const, id: req.params.id };
     },
+  );
+
+  r.post(
+    '/api/v1/principals/:id/adopt',
+    {
+      config: { auth: 'session' },
+      schema: {
+        tags,
+        summary: 'An owner takes custody of an agent: becomes its creator, caps its grants to their role, and ends a suspension',
+        params: IdParams,
+        response: { 200: AgentSchema, ...errors(401, 403, 404) },
+      },
+    },
+    async (req) => adoptAgent(ctx, caller(req), req.params.id),
   );
 
   r.get(

@@ -16,9 +16,12 @@ export async function securityRoutes(app: FastifyInstance, ctx: CoreContext): Pr
       config: { auth: 'session' },
       schema: {
         tags: ['identity'],
-        summary: 'Owner, step-up: every agent key, git token and OAuth token of the workspace dies; other sessions are dropped',
+        summary: 'Owner, step-up: every agent key, git token and OAuth token of the workspace dies, pending invites and elevations are revoked, and every other session loses access to this workspace',
         params: z.object({ ws: z.string().min(1).max(100) }),
-        response: { 200: z.object({ workspace: z.string(), token_epoch: z.number(), sessions_dropped: z.number() }), ...errors(401, 403, 404) },
+        response: {
+          200: z.object({ workspace: z.string(), token_epoch: z.number(), sessions_dropped: z.number(), invites_revoked: z.number(), elevations_revoked: z.number() }),
+          ...errors(401, 403, 404),
+        },
       },
     },
     async (req) => lockdown(ctx, caller(req), req.params.ws),
@@ -38,7 +41,7 @@ export async function securityRoutes(app: FastifyInstance, ctx: CoreContext): Pr
         }),
         response: {
           201: z.object({ id: z.string(), agent_id: z.string(), reason: z.string(), created_at: z.string(), expires_at: z.string() }),
-          ...errors(400, 401, 403, 404),
+          ...errors(400, 401, 403, 404, 409),
         },
       },
     },
