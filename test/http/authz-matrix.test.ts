@@ -89,7 +89,14 @@ const EXCEEDS_ROLE = err(403, 'grant_exceeds_role');
 const PROPOSED: Outcome = { status: 202, body: { proposed: true } };
 
 const HUMANS = ['viewer', 'editor', 'owner', 'ownerStepUp'] as const satisfies readonly ActorId[];
-const LIVE_AGENTS = ['foreignKey', 'agentNoGrant', 'agentLowCeiling'] as const satisfies readonly ActorId[];
+const LIVE_AGENTS = ['foreignKey', 'agentNoGrant', 'agentLowCeiling', 'elevatedAgent'] as const satisfies readonly ActorId[];
+/**
+ * Issue 11: callers whose power was cut. A demoted creator is a viewer in every respect, and the
+ * agent it made while an editor reaches no further than a viewer (its grants follow its
+ * creator's current role): by default both answer as the viewer does; a row states otherwise
+ * only where a human and an agent differ, or where the creator's own agent is the subject.
+ */
+const AS_VIEWER = ['demotedCreator', 'demotedAgent'] as const satisfies readonly ActorId[];
 
 type Cells = Partial<Record<ActorId, Outcome>>;
 const each = (ids: readonly ActorId[], o: Outcome): Cells => Object.fromEntries(ids.map((id) => [id, o]));
@@ -111,6 +118,8 @@ const pageRead = (o: Outcome): Cells => ({
   foreignKey: NOT_FOUND,
   agentNoGrant: NOT_FOUND,
   agentLowCeiling: NOT_FOUND,
+  // Issue 11: an elevation lets the agent read at secret within its read grants.
+  elevatedAgent: o,
   ...anyHuman(o),
 });
 /**
@@ -121,6 +130,8 @@ const pageWrite = (o: Outcome): Cells => ({
   foreignKey: NOT_FOUND,
   agentNoGrant: FORBIDDEN,
   agentLowCeiling: NOT_FOUND,
+  // It reads the secret page, but its write grant stops at confidential: it may not overwrite it.
+  elevatedAgent: FORBIDDEN,
   viewer: FORBIDDEN,
   editor: o,
   owner: o,
@@ -131,7 +142,7 @@ const enc = encodeURIComponent;
 const READ_GRANT = [{ action: 'read', scope: '*', ceiling: 'internal' }];
 
 /** The shared page an actor reads: confidential for the low-ceiling agent, internal for the rest. */
-const sharedPage = (c: Cell) => (c.actor.pageSensitivity === 'confidential' ? c.w.pages.confidential : c.w.pages.internal);
+const sharedPage = (c: Cell) => c.w.pages[c.actor.pageSensitivity];
 /** A fresh page of A at the actor's sensitivity. */
 const freshPage = (c: Cell, opts: { archived?: boolean; dir?: string } = {}) => c.w.page({ sensitivity: c.actor.pageSensitivity, ...opts });
 
@@ -314,7 +325,7 @@ const ROWS: Row[] = [
     auth: 'SK',
     request: ({ w }) => ({ path: `/api/v1/principals/${w.targetAgentId}/grants` }),
     // An agent may read its own grants, not other agents' (docs/decisions.md "Grants never exceed…").
-    expect: { ...anyHuman(ok()), foreignKey: NOT_FOUND, agentNoGrant: FORBIDDEN, agentLowCeiling: FORBIDDEN },
+    expect: { ...anyHuman(ok()), foreignKey: NOT_FOUND, agentNoGrant: FORBIDDEN, agentLowCeiling: FORBIDDEN, elevatedAgent: FORBIDDEN, demotedAgent: FORBIDDEN },
   },
   {
     method: 'GET',
@@ -339,6 +350,26 @@ const ROWS: Row[] = [
     request: async ({ w }) => ({ path: `/api/v1/principals/${await w.agent()}/grants`, body: { grants: [{ action: 'read', scope: '*', ceiling: 'secret' }] } }),
     // Who may manage the agent is checked first (creator or owner), then the +U for secret.
     expect: ownerStepUpGate(ok()),
+  },
+  {
+    method: 'PUT',
+    route: '/api/v1/principals/:id/grants',
+    variant: 'a write grant to an agent the caller made (the demoted creator: made while an editor)',
+    auth: 'S',
+    request: async ({ w, actor }) => ({
+      path: `/api/v1/principals/${actor.id === 'demotedCreator' ? w.demotedCreatorsAgentId : await w.agent(actor.human ? cloneClient(actor.human.client) : undefined)}/grants`,
+      body: { grants: [{ action: 'write', scope: '*', ceiling: 'internal' }] },
+    }),
+    // Issue 11: managing an agent is judged on the creator's current role; a viewer holds no write.
+    expect: { viewer: EXCEEDS_ROLE, editor: ok(), owner: ok(), ownerStepUp: ok(), demotedCreator: EXCEEDS_ROLE },
+  },
+  {
+    method: 'POST',
+    route: '/api/v1/principals/:id/adopt',
+    auth: 'S',
+    request: async ({ w }) => ({ path: `/api/v1/principals/${await w.agent()}/adopt` }),
+    // Issue 11: an owner takes custody of an agent (after its creator left, or was demoted).
+    expect: owners(ok()),
   },
   {
     method: 'GET',
@@ -428,6 +459,7 @@ const ROWS: Row[] = [
       foreignKey: ok(201),
       agentNoGrant: FORBIDDEN,
       agentLowCeiling: ok(201),
+      elevatedAgent: ok(201),
       viewer: FORBIDDEN,
       editor: FORBIDDEN,
       owner: ok(201),
@@ -456,8 +488,9 @@ const ROWS: Row[] = [
       body: { path: `scratch/new/${w.uniq('n')}.md`, content: `---\nsensitivity: ${actor.pageSensitivity}\n---\n# New\n` },
     }),
     // The foreign agent writes in its own workspace. The low-ceiling agent writes a
-    // confidential page: above its ceiling (docs/errors.md forbidden).
-    expect: { foreignKey: ok(201), agentNoGrant: FORBIDDEN, agentLowCeiling: FORBIDDEN, viewer: FORBIDDEN, editor: ok(201), owner: ok(201), ownerStepUp: ok(201) },
+    // confidential page: above its ceiling (docs/errors.md forbidden); the elevated agent a
+    // secret one, above its write grant (an elevation raises reading only).
+    expect: { foreignKey: ok(201), agentNoGrant: FORBIDDEN, agentLowCeiling: FORBIDDEN, elevatedAgent: FORBIDDEN, viewer: FORBIDDEN, editor: ok(201), owner: ok(201), ownerStepUp: ok(201) },
   },
   {
     method: 'POST',
@@ -470,7 +503,7 @@ const ROWS: Row[] = [
       headers: { 'x-service-workspace': w.ws.id },
       body: { path: `scratch/new/${w.uniq('n')}.md`, content: '# New\n' },
     }),
-    expect: { foreignKey: WS_NOT_FOUND, agentNoGrant: FORBIDDEN, agentLowCeiling: ok(201), viewer: FORBIDDEN, editor: ok(201), owner: ok(201), ownerStepUp: ok(201) },
+    expect: { foreignKey: WS_NOT_FOUND, agentNoGrant: FORBIDDEN, agentLowCeiling: ok(201), elevatedAgent: ok(201), viewer: FORBIDDEN, editor: ok(201), owner: ok(201), ownerStepUp: ok(201) },
   },
   {
     method: 'GET',
@@ -718,7 +751,9 @@ const ROWS: Row[] = [
     grant: 'propose',
     request: (c) => ({ path: '/api/v1/proposals', body: { node_id: sharedPage(c).id, content: 'proposed\n', reason: 'matrix' } }),
     // Every human role holds propose; a page the caller cannot read is 404 as for reads.
-    expect: { foreignKey: NOT_FOUND, agentNoGrant: FORBIDDEN, agentLowCeiling: NOT_FOUND, ...anyHuman(ok(201)) },
+    // The elevated agent reads the secret page, so it may propose a change to it (its content is
+    // internal here, within its propose grant).
+    expect: { foreignKey: NOT_FOUND, agentNoGrant: FORBIDDEN, agentLowCeiling: NOT_FOUND, elevatedAgent: ok(201), ...anyHuman(ok(201)) },
   },
   {
     method: 'GET',
@@ -759,8 +794,9 @@ const ROWS: Row[] = [
       auth: 'SK',
       grant: 'collab',
       request: async (c) => ({ path: route.replace(':id', (await freshPage(c)).id), body: { body: 'matrix says hi' } }),
-      // Every human role holds collab (viewers may post).
-      expect: { foreignKey: NOT_FOUND, agentNoGrant: FORBIDDEN, agentLowCeiling: NOT_FOUND, ...anyHuman(ok(201)) },
+      // Every human role holds collab (viewers may post). The elevated agent reads the secret
+      // page, but its collab grant stops at confidential.
+      expect: { foreignKey: NOT_FOUND, agentNoGrant: FORBIDDEN, agentLowCeiling: NOT_FOUND, elevatedAgent: FORBIDDEN, ...anyHuman(ok(201)) },
     }),
   ),
   {
@@ -808,7 +844,7 @@ function expected(row: Row, actor: Actor): Outcome {
   if (actor.kind === 'anonymous') return err(401, 'unauthorized');
   if (actor.kind === 'dead') return err(401, 'invalid_token');
   if (row.auth === 'S' && actor.kind === 'agent') return err(403, 'session_required');
-  const o = row.expect[actor.id];
+  const o = row.expect[actor.id] ?? ((AS_VIEWER as readonly ActorId[]).includes(actor.id) ? row.expect.viewer : undefined);
   if (!o) throw new Error(`The matrix row ${rowLabel(row)} says nothing about ${actor.id} (${actor.about})`);
   return o;
 }
@@ -866,9 +902,16 @@ describe('authz matrix table', () => {
     for (const row of ROWS) {
       for (const id of ACTOR_IDS) {
         const given = row.expect[id] !== undefined;
+        const asViewer = (AS_VIEWER as readonly string[]).includes(id);
         const open =
           row.auth !== 'P' &&
           (HUMANS as readonly string[]).concat(row.auth === 'SK' ? (LIVE_AGENTS as readonly string[]) : []).includes(id);
+        // The demoted pair may override the viewer's outcome where the row is open to them.
+        if (asViewer) {
+          const reachable = row.auth !== 'P' && (id === 'demotedCreator' || row.auth === 'SK');
+          if (given && !reachable) problems.push(`${rowLabel(row)}: outcome for ${id} is decided by the rules and would be ignored`);
+          continue;
+        }
         if (open && !given) problems.push(`${rowLabel(row)}: no outcome for ${id}`);
         if (!open && given) problems.push(`${rowLabel(row)}: outcome for ${id} is decided by the rules and would be ignored`);
       }

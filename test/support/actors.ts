@@ -30,6 +30,9 @@ export const ACTOR_IDS = [
   'oauthToken',
   'gitToken',
   'pinnedKey',
+  'demotedCreator',
+  'demotedAgent',
+  'elevatedAgent',
 ] as const;
 export type ActorId = (typeof ACTOR_IDS)[number];
 
@@ -65,7 +68,7 @@ export interface Actor {
   /** An equivalent new credential, for cells that end or change the caller's own session. */
   fresh(grant?: Action): Promise<Client>;
   /** The sensitivity of the pages this actor's page cells work on. */
-  pageSensitivity: 'internal' | 'confidential';
+  pageSensitivity: 'internal' | 'confidential' | 'secret';
   /** Runs before each cell (keeps the step-up of ownerStepUp fresh). */
   prepare?(): Promise<void>;
 }
@@ -89,7 +92,9 @@ export interface World {
   /** A shared agent of A made by the owner, for read-only rows. */
   targetAgentId: string;
   /** Shared pages of Space `vault` for read-only rows. */
-  pages: { internal: PageRef; confidential: PageRef };
+  pages: { internal: PageRef; confidential: PageRef; secret: PageRef };
+  /** The agent the demoted creator made while still an editor (issue 11). */
+  demotedCreatorsAgentId: string;
   /** A unique, path-safe token for fresh names. */
   uniq(prefix?: string): string;
   /** A fresh page of A made by the owner, under `scratch/<dir>/`. */
@@ -216,6 +221,19 @@ export async function setupWorld(s: TestServer): Promise<World> {
   // Reads `pub` only: moving a page into `pub/` widens its audience (a step-up gate).
   await agentWithKey([{ action: 'read', scope: 'pub', ceiling: 'internal' }]);
 
+  // --- Issue 11: a creator who lost their role, and an agent an owner elevated.
+  // An editor makes an agent with every grant an editor may give, mints its key, and is then
+  // demoted to viewer: the agent's reach follows its creator's current role.
+  const creator = await member('editor');
+  const demotedAgent = await agentWithKey(
+    ALL_GRANTS.filter((g) => g.action !== 'admin'),
+    { by: creator.client },
+  );
+  must(await admin.patch(`/api/v1/workspaces/${ws.slug}/members/${creator.id}`, { role: 'viewer' }), 200, 'demotion of the creator');
+  // Every grant at confidential, elevated by the stepped-up owner for longer than the run.
+  const elevated = await agentWithKey(ALL_GRANTS);
+  must(await owner2.client.post('/api/v1/elevations', { agent_id: elevated.id, minutes: 120, reason: 'matrix' }), 201, 'elevation');
+
   // --- Workspace F and its broadly granted agent.
   const fo = await signup(base, 'Foreign');
   const fAgent = await agentWithKey(ALL_GRANTS, { by: fo.client });
@@ -233,6 +251,7 @@ export async function setupWorld(s: TestServer): Promise<World> {
   const pages = {
     internal: await page({ path: 'vault/read/internal.md' }),
     confidential: await page({ path: 'vault/read/confidential.md', sensitivity: 'confidential' }),
+    secret: await page({ path: 'vault/read/secret.md', sensitivity: 'secret' }),
   };
 
   const key = (k: string) => new Client(base, k);
@@ -301,6 +320,9 @@ export async function setupWorld(s: TestServer): Promise<World> {
     oauthToken: tokenActor('oauthToken', 'an OAuth-shaped token oa_…', `oa_${'Q'.repeat(43)}`),
     gitToken: tokenActor('gitToken', 'a real git token gt_… of the stepped-up owner', gt.body.token),
     pinnedKey: keyActor('pinnedKey', 'dead', 'agent key of A pinned to 10.9.8.7, used from 127.0.0.1', pinned),
+    demotedCreator: humanActor('demotedCreator', 'a former editor of A, demoted to viewer after making an agent (session)', creator, 'viewer', false),
+    demotedAgent: keyActor('demotedAgent', 'agent', 'agent of A made by an editor (every editor grant at confidential) who was then demoted to viewer', demotedAgent),
+    elevatedAgent: keyActor('elevatedAgent', 'agent', 'agent of A with every grant at confidential, elevated by an owner', elevated, 'secret'),
   };
 
   // Sanity of the fixtures (not of the matrix): every live actor works in the workspace it should.
@@ -320,6 +342,7 @@ export async function setupWorld(s: TestServer): Promise<World> {
     foreign: { ws: fo.ws, owner: fo, agentId: fAgent.id },
     stranger,
     targetAgentId: target.id,
+    demotedCreatorsAgentId: demotedAgent.id,
     pages,
     uniq,
     page,
