@@ -58,6 +58,11 @@ export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise
     for (const m of [r.method].flat()) if (m !== 'HEAD') routeList.push(`${m} ${r.url}`);
   });
 
+  // Every answer says what it is: no browser may sniff page markdown (or anything) into HTML.
+  app.addHook('onRequest', async (_req, reply) => {
+    reply.header('X-Content-Type-Options', 'nosniff');
+  });
+
   app.setErrorHandler((err, req, reply) => sendError(reply, toServiceError(err, req)));
   app.setNotFoundHandler((req, reply) => sendError(reply, notFound(`No route ${req.method} ${req.url.split('?')[0]}`)));
 

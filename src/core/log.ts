@@ -6,6 +6,10 @@ import type { CoreContext } from './context.js';
 import { badRequest, notFound } from './errors.js';
 import { analyzeContent } from './pages/content.js';
 import { commitPage } from './pages/persist.js';
+import { presentPage } from './pages/record.js';
+import { listSpaces } from './spaces.js';
+import { hasActionWithin } from '../policy/access.js';
+import type { Executor } from '../store/db.js';
 import { parseFolderPath, parsePagePath } from './paths.js';
 
 /** Longest log entry, in characters. */
@@ -18,6 +22,24 @@ export interface LogAppendResult {
   content_hash: string;
   /** The markdown line(s) appended. */
   appended: string;
+}
+
+/** Scopes named in an unknown_scope answer at most. */
+const SCOPES_SHOWN = 20;
+
+/**
+ * Logging never creates a Space (issue 11): a log goes into a Space that exists and that the
+ * caller can see, or a folder inside it (a new folder is fine: it is made as on any write).
+ * Otherwise 404 `unknown_scope`, naming the Spaces the caller may log to — never hidden ones.
+ */
+async function assertScopeExists(ctx: CoreContext, trx: Executor, p: Principal, scope: string): Promise<void> {
+  const space = scope.split('/')[0]!;
+  const exists = await trx.selectFrom('spaces').select('id').where('workspace_id', '=', p.workspaceId).where('id', '=', space).executeTakeFirst();
+  const usable = (await listSpaces(ctx, p, trx)).filter((s) => hasActionWithin(p, 'propose', s.id)).map((s) => s.id);
+  if (exists && usable.includes(space)) return;
+  const shown = usable.slice(0, SCOPES_SHOWN);
+  const list = shown.length === 0 ? 'none: you may log in no Space' : `${shown.join(', ')}${usable.length > shown.length ? `, … (${usable.length - shown.length} more)` : ''}, or a folder inside one`;
+  throw notFound(`No Space ${space} to log to; scopes you can use: ${list}`, 'unknown_scope');
 }
 
 /** One list item: `- <time> <name> (<id>): <entry>`, further lines indented under it. */
@@ -38,7 +60,9 @@ export async function appendLog(ctx: CoreContext, p: Principal, input: { scope: 
   const entry = input.entry.trim();
   if (entry === '') throw badRequest('The log entry is empty', 'invalid_entry');
   if ([...entry].length > MAX_LOG_ENTRY_CHARS) throw badRequest(`A log entry holds at most ${MAX_LOG_ENTRY_CHARS} characters`, 'invalid_entry');
-  if (/^\s*:::/m.test(entry)) throw badRequest('A log entry may not open or close a ::: block', 'invalid_entry');
+  // Any line whose text, after quote, list and indentation markup, starts with `:::` could open
+  // a block in its container (`> ::: secret` hides every later entry): plain text only.
+  if (/^[\s>*+\-\d.)]*:::/m.test(entry)) throw badRequest('A log entry may not open or close a ::: block (in any quote or list)', 'invalid_entry');
   if (entry.includes('\u0000')) throw badRequest('The log entry contains a NUL character', 'invalid_entry');
   const target = parsePagePath(`${scope}/log.md`);
   return inTransaction(ctx.store, p.workspaceId, async (trx) => {
@@ -50,6 +74,7 @@ export async function appendLog(ctx: CoreContext, p: Principal, input: { scope: 
         .where('path', '=', target.path)
         .where('deleted_at', 'is', null)
         .executeTakeFirst()) ?? null;
+    if (!existing) await assertScopeExists(ctx, trx, p, scope);
     const facts = { path: target.path, sensitivity: existing?.sensitivity ?? 'internal', blockLevel: null };
     if (existing && !canReadPage(p, { ...facts, blockLevel: existing.block_level })) throw notFound(`Log ${target.path} not found`);
     enforce(decideLogAppend(p, facts));
@@ -59,6 +84,7 @@ export async function appendLog(ctx: CoreContext, p: Principal, input: { scope: 
     const content = analyzeContent(raw, 'log');
     const excerpt = entry.split('\n')[0]!.slice(0, 72);
     const row = await commitPage(trx, p, { action: existing ? 'update' : 'create', existing, target, content, message: `Log ${scope}: ${excerpt}` });
-    return { id: row.id, path: row.path, commit_sha: row.commit_sha, content_hash: row.content_hash, appended };
+    // The hash the caller may see: a redacted view's own validator when the log holds a block above it.
+    return { id: row.id, path: row.path, commit_sha: row.commit_sha, content_hash: presentPage(p, row).content_hash, appended };
   });
 }

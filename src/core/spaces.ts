@@ -1,6 +1,8 @@
-import { canCreateSpace, hasActionWithin } from '../policy/access.js';
+import { sql } from 'kysely';
+import { canCreateSpace, ceilingFor, hasActionWithin } from '../policy/access.js';
 import { canReadPage } from '../policy/pages.js';
 import type { Principal } from '../policy/principal.js';
+import { atOrBelow, LEVELS } from '../policy/sensitivity.js';
 import type { Executor } from '../store/db.js';
 import { inTransaction } from '../store/tx.js';
 import { appendAudit } from './audit.js';
@@ -48,15 +50,44 @@ export async function ensureFolders(trx: Executor, workspaceId: string, clusterP
     .execute();
 }
 
-/** The Spaces the caller can read something in. */
-export async function listSpaces(ctx: CoreContext, p: Principal): Promise<SpaceRecord[]> {
-  const rows = await ctx.store.db
+/**
+ * The Spaces the caller can read something in. A Space that holds pages, none of which the
+ * caller may read, does not exist for them (issue 11: its name would tell). An empty Space
+ * (made with POST /api/v1/spaces, nothing written yet) is listed to whoever may read in it.
+ */
+export async function listSpaces(ctx: CoreContext, p: Principal, db: Executor = ctx.store.db): Promise<SpaceRecord[]> {
+  const rows = await db
     .selectFrom('spaces')
     .select(['id', 'name', 'summary', 'created_at'])
     .where('workspace_id', '=', p.workspaceId)
     .orderBy('id')
     .execute();
-  return rows.filter((s) => hasActionWithin(p, 'read', s.id));
+  const out: SpaceRecord[] = [];
+  for (const s of rows) if (hasActionWithin(p, 'read', s.id) && (await spaceVisible(db, p, s.id))) out.push(s);
+  return out;
+}
+
+/**
+ * True when the Space holds a live page the caller may read, or no live page at all. Asked per
+ * place the caller's read reach starts (the Space, or each folder an agent's narrower read
+ * grant names), with the levels readable there: one indexed existence query each.
+ */
+export async function spaceVisible(db: Executor, p: Principal, spaceId: string): Promise<boolean> {
+  const targets =
+    ceilingFor(p, 'read', spaceId) !== null
+      ? [spaceId]
+      : p.grants.filter((g) => g.action === 'read' && g.scope.startsWith(`${spaceId}/`)).map((g) => g.scope);
+  for (const t of targets) {
+    const ceiling = ceilingFor(p, 'read', t);
+    if (ceiling === null) continue;
+    const levels = LEVELS.filter((l) => atOrBelow(l, ceiling));
+    let q = db.selectFrom('pages').select('id').where('workspace_id', '=', p.workspaceId).where('space', '=', spaceId).where('deleted_at', 'is', null).where('sensitivity', 'in', levels);
+    // Sub-folders by prefix on a segment boundary (no LIKE: `_` is a legal name character).
+    if (t !== spaceId) q = q.where((eb) => eb.or([eb('cluster_path', '=', t), eb(sql<string>`substr(cluster_path, 1, ${[...t].length + 1})`, '=', `${t}/`)]));
+    if (await q.limit(1).executeTakeFirst()) return true;
+  }
+  const any = await db.selectFrom('pages').select('id').where('workspace_id', '=', p.workspaceId).where('space', '=', spaceId).where('deleted_at', 'is', null).limit(1).executeTakeFirst();
+  return any === undefined;
 }
 
 export async function createSpace(
@@ -114,7 +145,7 @@ export async function spaceTree(
     .where('workspace_id', '=', p.workspaceId)
     .where('id', '=', spaceId)
     .executeTakeFirst();
-  if (!space || !hasActionWithin(p, 'read', space.id)) throw notFound(`Space ${spaceId} not found`);
+  if (!space || !hasActionWithin(p, 'read', space.id) || !(await spaceVisible(ctx.store.db, p, space.id))) throw notFound(`Space ${spaceId} not found`);
   const root = opts.path ? parseFolderPath(opts.path.startsWith(`${spaceId}/`) ? opts.path : `${spaceId}/${opts.path}`).path : spaceId;
   let q = ctx.store.db
     .selectFrom('pages')

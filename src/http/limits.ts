@@ -24,7 +24,7 @@ import { clientKey } from './client-ip.js';
 declare module 'fastify' {
   interface FastifyRequest {
     /** Spends one token of a per-principal bucket for this request's caller; throws 429 `rate_limited` when empty. */
-    spendLimit(id: 'bundle'): Promise<void>;
+    spendLimit(id: 'bundle' | 'api'): Promise<void>;
   }
 }
 
@@ -168,8 +168,9 @@ export function registerRateLimits(app: FastifyInstance, ctx: Pick<CoreContext, 
     }
   }
 
-  // Work that only the body names (MCP's context_bundle) spends its bucket once it is known.
-  app.decorateRequest('spendLimit', async function (this: FastifyRequest, id: 'bundle') {
+  // Work that only the body names (MCP's context_bundle, each further call of a JSON-RPC
+  // batch) spends its bucket once it is known.
+  app.decorateRequest('spendLimit', async function (this: FastifyRequest, id: 'bundle' | 'api') {
     const reply = { getHeader: () => undefined, header: () => reply } as unknown as FastifyReply;
     await apply(this, reply, 'principal', [rules[id]]);
   });

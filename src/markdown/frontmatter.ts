@@ -76,8 +76,58 @@ function locate(raw: string): FrontmatterSpan | null {
   throw badRequest('Frontmatter starts on line 1 but has no closing --- line', 'invalid_frontmatter');
 }
 
+/** Deepest nesting frontmatter may have: far beyond any real page, far below what costs CPU. */
+export const MAX_FRONTMATTER_DEPTH = 32;
+
+const tooDeep = (where: string) =>
+  badRequest(`Invalid frontmatter: nested deeper than ${MAX_FRONTMATTER_DEPTH} levels${where}`, 'invalid_frontmatter');
+
+/**
+ * A cheap upper bound of the YAML's nesting, checked BEFORE the parser runs: the depth of flow
+ * brackets (`[`, `{`, outside quotes) plus the depth of block indentation and compact `- - -`
+ * sequences. A 100,000-deep `[[[…` would otherwise cost seconds of parsing or overflow the
+ * stack into a 500.
+ */
+function yamlDepthBound(yaml: string): number {
+  let max = 0;
+  let flow = 0;
+  let quote: string | null = null;
+  const indents: number[] = [];
+  for (const line of yaml.split('\n')) {
+    const trimmed = line.replace(/^\s+/, '');
+    if (trimmed !== '' && !trimmed.startsWith('#') && flow === 0 && quote === null) {
+      const indent = line.length - trimmed.length;
+      while (indents.length > 0 && indents[indents.length - 1]! >= indent) indents.pop();
+      indents.push(indent);
+      const dashes = /^(?:-\s+)+/.exec(trimmed)?.[0].split('-').length ?? 1;
+      max = Math.max(max, indents.length + dashes - 1);
+    }
+    for (let i = 0; i < line.length; i++) {
+      const c = line[i]!;
+      if (quote !== null) {
+        if (c === '\\' && quote === '"') i++;
+        else if (c === quote) quote = null;
+      } else if (c === '"' || c === "'") quote = c;
+      else if (c === '#' && (i === 0 || /\s/.test(line[i - 1]!))) break;
+      else if (c === '[' || c === '{') max = Math.max(max, indents.length + ++flow);
+      else if ((c === ']' || c === '}') && flow > 0) flow--;
+    }
+    if (quote === "'") quote = null;
+  }
+  return max;
+}
+
+/** Refuses a frontmatter value (from a JSON body) nested deeper than MAX_FRONTMATTER_DEPTH. */
+export function assertFrontmatterDepth(value: unknown, depth = 0): void {
+  if (depth > MAX_FRONTMATTER_DEPTH) throw tooDeep('');
+  if (value !== null && typeof value === 'object') {
+    for (const v of Object.values(value as Record<string, unknown>)) assertFrontmatterDepth(v, depth + 1);
+  }
+}
+
 /** Parses the YAML of a located block, keeping the Document so edits can preserve comments. */
 function loadYaml(span: FrontmatterSpan): Document {
+  if (yamlDepthBound(span.yaml) > MAX_FRONTMATTER_DEPTH) throw tooDeep(` (line ${span.yamlLine + 1} onwards)`);
   const doc = parseYaml(span.yaml, { prettyErrors: true });
   const err = doc.errors[0];
   if (err) {
@@ -98,7 +148,13 @@ function loadYaml(span: FrontmatterSpan): Document {
 }
 
 function toRecord(doc: Document): Record<string, unknown> {
-  const value: unknown = doc.toJS();
+  // Aliases expand on conversion: a few anchors referenced many times ("billion laughs") are refused.
+  let value: unknown;
+  try {
+    value = doc.toJS({ maxAliasCount: 100 });
+  } catch (e) {
+    throw badRequest(`Invalid frontmatter: ${e instanceof Error ? e.message.split('\n')[0] : 'aliases expand too far'}`, 'invalid_frontmatter');
+  }
   return value !== null && typeof value === 'object' ? (value as Record<string, unknown>) : {};
 }
 

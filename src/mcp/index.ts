@@ -110,7 +110,16 @@ export async function mcpRoutes(app: FastifyInstance, ctx: CoreContext): Promise
       raw.once('close', done);
       try {
         await mcp.connect(transport);
-        const call: McpCallContext = { principal: req.principal!, signal: ac.signal, spendBundle: () => req.spendLimit('bundle') };
+        // The request's own unit (spent in the limits hook) pays for its first tool call.
+        let calls = 0;
+        const call: McpCallContext = {
+          principal: req.principal!,
+          signal: ac.signal,
+          spendBundle: () => req.spendLimit('bundle'),
+          spendCall: async () => {
+            if (++calls > 1) await req.spendLimit('api');
+          },
+        };
         const authInfo: AuthInfo = { token: '', clientId: call.principal.id, scopes: [], extra: { mcp: call } };
         const answer = await transport.exchange(message, { accept: headerValue(req.headers.accept), protocolVersion: headerValue(req.headers['mcp-protocol-version']) }, authInfo);
         // The exchange is over: the server goes back to the pool for the next request.

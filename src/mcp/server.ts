@@ -33,6 +33,12 @@ export interface McpCallContext {
   principal: Principal;
   /** Spends the caller's bundle bucket (30 per minute), as GET/POST /api/v1/bundle do. */
   spendBundle: () => Promise<void>;
+  /**
+   * Spends the caller's API bucket for one tool call. The HTTP request already paid for its
+   * first call; every further call of a JSON-RPC batch pays its own unit (issue 11), so a batch
+   * of 100 calls costs what 100 requests cost.
+   */
+  spendCall: () => Promise<void>;
   /** Aborted when the client goes away or the server closes (ends inbox long-polls). */
   signal: AbortSignal;
 }
@@ -89,8 +95,9 @@ async function callTool(ctx: CoreContext, shared: McpShared, log: FastifyBaseLog
   const tool = shared.tools.get(name);
   // Unknown tool: a protocol error (JSON-RPC -32602), as the MCP specification says.
   if (!tool) throw new McpError(ErrorCode.InvalidParams, `Unknown tool: ${name}`);
-  const { principal: p, signal, spendBundle } = callContext(extra);
+  const { principal: p, signal, spendBundle, spendCall } = callContext(extra);
   try {
+    await spendCall();
     const parsed = tool.schema.safeParse(args ?? {});
     if (!parsed.success) throw badRequest(`Invalid arguments for ${name}: ${argumentError(parsed.error)}`);
     enforce(decideToolGrant(p, tool.grants));

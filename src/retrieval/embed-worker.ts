@@ -42,6 +42,8 @@ export class EmbedWorker {
   private stopped = true;
   private wakeRequested = false;
   readonly status: WorkerStatus = { lastError: null, lastErrorAt: null };
+  /** Where provider failures are reported in full (the server log); /readyz shows no details. */
+  onError: ((message: string, err: unknown) => void) | undefined;
 
   constructor(
     private readonly store: Store,
@@ -203,6 +205,7 @@ export class EmbedWorker {
     this.status.lastError = message.slice(0, 500);
     this.status.lastErrorAt = new Date().toISOString();
     if (!(e instanceof EmbeddingUnavailableError)) this.status.lastError = `unexpected: ${this.status.lastError}`;
+    this.onError?.(this.status.lastError, e);
     const retryAfter = (e as { retryAfterMs?: number }).retryAfterMs ?? 0;
     for (const job of jobs) {
       const wait = Math.max(retryAfter, Math.min(MAX_BACKOFF_MS, 1000 * 2 ** job.attempts));

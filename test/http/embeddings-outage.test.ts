@@ -73,8 +73,12 @@ async function outageScenario(c: Client, label: string, recover: () => Promise<v
   expect(degraded.status).toBe('ready');
   expect(degraded.embeddings).toMatchObject({ status: 'degraded', provider: 'openai', model: 'outage-16' });
   expect(degraded.embeddings.backlog).toBeGreaterThan(0);
-  expect(degraded.embeddings.last_error).toMatch(expectError);
+  // Issue 11: anyone may read /readyz, so the provider's own error text (an upstream URL, a host,
+  // part of a key) stays in the server log; the answer only says that it failed.
+  expect(degraded.embeddings.last_error).toBe('the embeddings provider failed; details are in the server log');
   expect(degraded.embeddings.last_error).not.toContain(API_KEY);
+  expect(degraded.embeddings.last_error).not.toMatch(/127\.0\.0\.1|localhost|http/);
+  void expectError;
   expect(Number.isNaN(Date.parse(degraded.embeddings.last_error_at!))).toBe(false);
 
   // Search answers by keyword and says why; vector mode falls back the same way.
@@ -157,7 +161,7 @@ describe.each(testEngines())('embeddings outage (%s)', (engine) => {
       // First a hanging server (each call times out after 300 ms), then none at all.
       expect((await c.post('/api/v1/nodes', { path: 'pre/first.md', content: '# First\n\nfirst words\n' })).status).toBe(201);
       const hung = await waitFor(c, 'degraded by timeout', (r) => r.embeddings.status === 'degraded', 8000);
-      expect(hung.embeddings.last_error).toMatch(/timed out/);
+      expect(hung.embeddings.last_error).toBe('the embeddings provider failed; details are in the server log');
       await fake.close();
       await outageScenario(c, 'closed', recover, /ECONNREFUSED|timed out|failed/);
       expect(later!.state.inputs.join('\n')).toContain('first words');

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEngines } from '../support/engines.js';
-import { Client, createAgentWithKey, joinAs, signupHuman, startTestServer, type TestServer } from '../support/server.js';
+import { Client, createAgentWithKey, joinAs, signupHuman, startTestServer, type Res, type TestServer } from '../support/server.js';
 import { call, connectMcp } from '../mcp/support.js';
 
 /**
@@ -111,7 +111,7 @@ describe.each(testEngines())('trust: pages, versions and validators (%s)', (engi
       let before: string | null = null;
       const texts: string[] = [];
       for (let i = 0; i < 10; i++) {
-        const r = await editor.get(`/api/v1/nodes/${v1.id}/history?limit=1${before ? `&before=${before}` : ''}`);
+        const r: Res = await editor.get(`/api/v1/nodes/${v1.id}/history?limit=1${before ? `&before=${before}` : ''}`);
         expect(r.status, r.text).toBe(200);
         texts.push(r.text);
         seen.push(...r.body.versions.map((v: { commit_sha: string }) => v.commit_sha));

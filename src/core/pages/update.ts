@@ -1,5 +1,6 @@
 import type { Transaction } from 'kysely';
 import { parseDocument, serializeDocument } from '../../markdown/index.js';
+import { assertFrontmatterDepth } from '../../markdown/frontmatter.js';
 import { decideWrite, enforce } from '../../policy/pages.js';
 import type { Principal } from '../../policy/principal.js';
 import type { DB, PagesTable } from '../../store/schema.js';
@@ -75,6 +76,7 @@ export type PageUpdate =
 
 export function applyUpdate(currentRaw: string, u: PageUpdate): string {
   if (u.kind === 'replace') return u.content;
+  assertFrontmatterDepth(u.frontmatter);
   const doc = parseDocument(currentRaw);
   let fm: Record<string, unknown>;
   if (u.mergeFrontmatter) {

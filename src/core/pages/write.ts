@@ -1,5 +1,6 @@
 import type { Transaction } from 'kysely';
 import { serializeDocument, setFrontmatterFields } from '../../markdown/index.js';
+import { assertFrontmatterDepth } from '../../markdown/frontmatter.js';
 import { ceilingFor } from '../../policy/access.js';
 import { decideDelete, decideMove, decideWrite, enforce, widensAudience } from '../../policy/pages.js';
 import type { Principal } from '../../policy/principal.js';
@@ -37,6 +38,7 @@ export function resolveNewPage(input: NewPageInput): { target: PagePath; raw: st
       : `${input.space}/${input.cluster_path}`
     : input.space;
   const target = parsePagePath(`${cluster}/${slugify(input.title)}.md`);
+  assertFrontmatterDepth(input.frontmatter);
   const fm = { ...(input.frontmatter ?? {}), title: input.title };
   return { target, raw: serializeDocument(fm, input.body.endsWith('\n') || input.body === '' ? input.body : `${input.body}\n`) };
 }

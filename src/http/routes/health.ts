@@ -78,6 +78,9 @@ export async function healthRoutes(app: FastifyInstance, ctx: CoreContext): Prom
       const embeddings = ok
         ? await ctx.retrieval.status().catch(() => null)
         : null;
+      // The provider's error text may name an upstream URL, a host or part of a key: it goes
+      // to the server log (where the worker writes it), never to an anonymous caller.
+      if (embeddings?.last_error) embeddings.last_error = 'the embeddings provider failed; details are in the server log';
       const body = {
         status: ok ? ('ready' as const) : ('unavailable' as const),
         version: VERSION,
