@@ -69,6 +69,7 @@ export const ProposalSchema = z.object({
   path: z.string(),
   content: z.string().nullable().describe('The proposed markdown; null for agents (full content only for humans)'),
   base_hash: z.string().nullable(),
+  base_commit: z.string().nullable().describe('The version the proposal was based on (what its proposer read); accepting merges from it'),
   params: z.record(z.string(), z.unknown()),
   reason: z.string(),
   proposer: z.string(),

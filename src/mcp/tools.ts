@@ -167,13 +167,15 @@ export const TOOLS: ToolDef[] = [
   },
   {
     name: 'context_propose',
-    description: 'Queue a change for human review: full content, or a unified-diff patch of an existing page. A free path proposes a new page.',
+    description:
+      'Queue a change for human review: full content, or a unified-diff patch of an existing page. A free path proposes a new page. Pass base_sha (the commit_sha or content_hash you read): the reviewer then merges your change with what others changed since; without it, your content is taken as a change of the page as it is now.',
     schema: z.strictObject({
       path: Ref.optional(),
       id: Ref.optional(),
       content: z.string().min(1).optional(),
-      patch: z.string().min(1).optional().describe('Unified diff against the current content'),
+      patch: z.string().min(1).optional().describe('Unified diff against the version you read (base_sha), else the current content'),
       reason: z.string().max(2000).optional(),
+      base_sha: z.string().min(7).max(64).optional().describe('commit_sha or content_hash of the version you read'),
     }),
     grants: ['propose'],
     readOnly: false,
@@ -182,9 +184,9 @@ export const TOOLS: ToolDef[] = [
       if ((a.content === undefined) === (a.patch === undefined)) throw badRequest('Send exactly one of content or patch');
       const pr =
         a.patch !== undefined
-          ? await createPatchProposal(ctx, p, { ref, patch: a.patch, reason: a.reason })
-          : await createProposal(ctx, p, { ...(a.id !== undefined ? { node_id: a.id } : { path: a.path }), content: a.content, reason: a.reason });
-      return { proposal: { id: pr.id, status: pr.status, kind: pr.kind, path: pr.path, node_id: pr.node_id, base_hash: pr.base_hash } };
+          ? await createPatchProposal(ctx, p, { ref, patch: a.patch, reason: a.reason, baseSha: a.base_sha })
+          : await createProposal(ctx, p, { ...(a.id !== undefined ? { node_id: a.id } : { path: a.path }), content: a.content, reason: a.reason, base_sha: a.base_sha });
+      return { proposal: { id: pr.id, status: pr.status, kind: pr.kind, path: pr.path, node_id: pr.node_id, base_hash: pr.base_hash, base_commit: pr.base_commit } };
     },
   },
   {

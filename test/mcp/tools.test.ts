@@ -71,7 +71,7 @@ describe.each(testEngines())('MCP tools (%s)', (engine) => {
       expect(prop('context_archive', 'reason').enum).toEqual(['closed', 'stale', 'superseded', 'manual']);
       expect(prop('collab_post', 'kind').enum).toEqual(['comment', 'question', 'answer']);
       expect(Object.keys(by.get('context_get').properties).sort()).toEqual(['id', 'node_id', 'path', 'section']);
-      expect(Object.keys(by.get('context_propose').properties).sort()).toEqual(['content', 'id', 'patch', 'path', 'reason']);
+      expect(Object.keys(by.get('context_propose').properties).sort()).toEqual(['base_sha', 'content', 'id', 'patch', 'path', 'reason']);
       expect(by.get('context_write').required.sort()).toEqual(['content', 'path']);
       expect(by.get('context_log').required.sort()).toEqual(['entry', 'scope']);
       expect(by.get('collab_post').required.sort()).toEqual(['body', 'node']);

@@ -101,6 +101,19 @@ export async function commitPage(
   }
   // Keyword index, links and tags are current when the write is acknowledged (src/retrieval/).
   await indexPage(trx, row);
+  if (existing) {
+    // The writer's own open conflict proposals on this page are answered by this write: they
+    // were kept only because an earlier write of theirs clashed (issue 11).
+    await trx
+      .updateTable('proposals')
+      .set({ status: 'superseded', decided_at: now, decision_reason: `superseded by the proposer's later write (commit ${commit.sha})` })
+      .where('workspace_id', '=', p.workspaceId)
+      .where('page_id', '=', id)
+      .where('proposer_id', '=', p.id)
+      .where('origin', '=', 'conflict')
+      .where('status', '=', 'open')
+      .execute();
+  }
   await trx
     .insertInto('page_versions')
     .values({

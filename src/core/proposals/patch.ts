@@ -1,4 +1,4 @@
-import { applyPatch } from 'diff';
+import { applyPatch, parsePatch } from 'diff';
 import { enforce } from '../../policy/pages.js';
 import type { Principal } from '../../policy/principal.js';
 import { decidePropose } from '../../policy/proposals.js';
@@ -6,6 +6,7 @@ import { inTransaction } from '../../store/tx.js';
 import type { CoreContext } from '../context.js';
 import { badRequest, conflict, forbidden } from '../errors.js';
 import { analyzeContent } from '../pages/content.js';
+import { invalidBase, readableBase } from '../pages/base.js';
 import { findReadablePage } from '../pages/lookup.js';
 import { facts } from '../pages/persist.js';
 import { presentPage } from '../pages/record.js';
@@ -16,30 +17,50 @@ import { highest, insertProposal, presentProposal, type ProposalRecord } from '.
 export const MAX_PATCH_CHARS = 1024 * 1024;
 
 /**
- * A proposal given as a unified diff against the page's current content (MCP
- * context_propose with `patch`): the patch is applied in the same transaction that records
- * the proposal, so its base is exactly the content it was applied to. A page holding blocks
- * above the caller's ceiling cannot be patched (the caller never saw that text).
+ * A proposal given as a unified diff (MCP context_propose with `patch`), applied in the same
+ * transaction that records the proposal: to the version the proposer read (`baseSha`, which
+ * must be one they may read in full, else 400 invalid_base) or, without it, to the current
+ * content; that version is the proposal's base, and accepting merges from it. A page holding
+ * blocks above the caller's ceiling cannot be patched (the caller never saw that text). Text
+ * that is not a unified diff (no hunk at all) is refused, and so is a patch that changes nothing.
  */
 export async function createPatchProposal(
   ctx: CoreContext,
   p: Principal,
-  input: { ref: string; patch: string; reason?: string | undefined },
+  input: { ref: string; patch: string; reason?: string | undefined; baseSha?: string | undefined },
 ): Promise<ProposalRecord> {
   if (input.patch.length > MAX_PATCH_CHARS) throw badRequest(`A patch holds at most ${MAX_PATCH_CHARS} characters`, 'invalid_patch');
+  let hunks: number;
+  try {
+    const files = parsePatch(input.patch);
+    if (files.length > 1) throw new Error('it holds more than one file');
+    hunks = files.reduce((n, f) => n + f.hunks.length, 0);
+  } catch (e) {
+    throw badRequest(`The patch is not a unified diff of one file: ${e instanceof Error ? e.message : String(e)}`, 'invalid_patch');
+  }
+  if (hunks === 0) throw badRequest('The patch is not a unified diff: it holds no hunk (lines starting with @@)', 'invalid_patch');
   const row = await inTransaction(ctx.store, p.workspaceId, async (trx) => {
     const page = await findReadablePage(trx, p, input.ref);
     if (presentPage(p, page).redacted) {
       throw forbidden('The page holds content above your ceiling; a patch cannot apply to text you cannot see');
     }
+    let base = { blobSha: page.content_hash, commitSha: page.commit_sha, content: page.content };
+    if (input.baseSha !== undefined) {
+      const read = await readableBase(trx, p, page, input.baseSha);
+      if (!read) throw invalidBase(input.baseSha);
+      base = read;
+    }
     let patched: string | false;
     try {
-      patched = applyPatch(page.content, input.patch);
+      patched = applyPatch(base.content, input.patch);
     } catch (e) {
       throw badRequest(`The patch is not a unified diff of one file: ${e instanceof Error ? e.message : String(e)}`, 'invalid_patch');
     }
     if (patched === false) {
-      throw conflict(`The patch does not apply to the current content of ${page.path} (commit ${page.commit_sha}); read it again`, 'patch_does_not_apply');
+      throw conflict(`The patch does not apply to ${page.path} at commit ${base.commitSha}; read it again`, 'patch_does_not_apply');
+    }
+    if (patched === base.content || patched === page.content) {
+      throw conflict(`The patch changes nothing in ${page.path}; nothing to review`, 'no_change');
     }
     const target = parsePagePath(page.path);
     const content = analyzeContent(patched, target.slug);
@@ -50,8 +71,8 @@ export async function createPatchProposal(
       pageId: page.id,
       path: page.path,
       content: patched,
-      baseHash: page.content_hash,
-      baseCommit: page.commit_sha,
+      baseHash: base.blobSha,
+      baseCommit: base.commitSha,
       reason: input.reason ?? '',
       sensitivity: highest(page.sensitivity, page.block_level, content.sensitivity, content.blockLevel),
     });

@@ -20,6 +20,7 @@ export interface ProposalRecord {
   path: string;
   content: string | null;
   base_hash: string | null;
+  base_commit: string | null;
   params: Record<string, unknown>;
   reason: string;
   proposer: string;
@@ -42,6 +43,7 @@ export function presentProposal(p: Principal, row: ProposalsTable): ProposalReco
     path: row.path,
     content: seesProposalContent(p) ? row.content : null,
     base_hash: row.base_hash,
+    base_commit: row.base_commit,
     params: JSON.parse(row.params) as Record<string, unknown>,
     reason: row.reason,
     proposer: row.proposer_id,

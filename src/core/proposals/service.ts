@@ -14,6 +14,7 @@ import { analyzeContent, type ArchiveReason } from '../pages/content.js';
 import { assertPathFree, commitPage, facts, movePageTx, rowFacts, setStateTx } from '../pages/write.js';
 import { parsePagePath } from '../paths.js';
 import { highest, insertProposal, presentProposal, proposalFacts, type ProposalRecord } from './record.js';
+import { invalidBase, readableBase } from '../pages/base.js';
 import { decideWrite } from '../../policy/pages.js';
 import { ObjectStore } from '../../store/git-objects.js';
 
@@ -26,32 +27,56 @@ async function loadLivePage(trx: Transaction<DB> | CoreContext['store']['db'], w
 }
 
 /**
- * POST /api/v1/proposals: a change for human review. An existing page (by node_id or path)
- * gets an `edit`; a free path gets a `create`. The proposer must be able to read the page
- * and to propose at the level of what it proposes.
+ * POST /api/v1/proposals and context_propose with content: a change for human review. An
+ * existing page the caller can read (by node_id or path) gets an `edit`; a free path — or a
+ * path where a page the caller cannot see lives, which must answer exactly like a free one —
+ * gets a `create` (accepting it there fails cleanly for the human: 409 already_exists).
+ *
+ * The base of an edit is the version the proposer read: `base_sha` (a content hash or commit
+ * sha of a version they may read in full, else 400 invalid_base), or without it the page's
+ * head now. Accepting merges three-way from that base, so changes made since are kept.
  */
 export async function createProposal(
   ctx: CoreContext,
   p: Principal,
-  input: { node_id?: string | undefined; path?: string | undefined; content: string; reason?: string | undefined },
+  input: { node_id?: string | undefined; path?: string | undefined; content: string; reason?: string | undefined; base_sha?: string | undefined },
 ): Promise<ProposalRecord> {
   if (!input.node_id && !input.path) throw badRequest('Name the page: node_id or path');
   const row = await inTransaction(ctx.store, p.workspaceId, async (trx) => {
     const ref = input.node_id ?? input.path!;
-    const page = isPageId(ref) ? await loadLivePage(trx, p.workspaceId, { id: ref }) : await loadLivePage(trx, p.workspaceId, { path: ref });
-    if (page && !canReadPage(p, rowFacts(page))) throw notFound(`Page ${ref} not found`);
-    if (!page && input.node_id) throw notFound(`Page ${input.node_id} not found`);
-    const target = parsePagePath(page?.path ?? input.path!);
+    const byId = isPageId(ref);
+    let page = byId ? await loadLivePage(trx, p.workspaceId, { id: ref }) : await loadLivePage(trx, p.workspaceId, { path: ref });
+    if (page && !canReadPage(p, rowFacts(page))) {
+      // By id a hidden page is unknown; by path it is a free path as far as the caller knows.
+      if (byId || input.node_id) throw notFound(`Page ${ref} not found`);
+      page = undefined;
+    }
+    if (!page && (byId || input.node_id)) throw notFound(`Page ${ref} not found`);
+    const target = parsePagePath(page?.path ?? ref);
     const content = analyzeContent(input.content, target.slug);
     enforce(decidePropose(p, facts(target.path, content)));
+    let base: { blobSha: string; commitSha: string } | null = null;
+    if (page) {
+      if (input.base_sha !== undefined) {
+        base = await readableBase(trx, p, page, input.base_sha);
+        if (!base) throw invalidBase(input.base_sha);
+      } else {
+        base = { blobSha: page.content_hash, commitSha: page.commit_sha };
+      }
+      if (input.content === page.content) {
+        throw conflict(`The proposal is identical to the current content of ${page.path} (commit ${page.commit_sha}); nothing to review`, 'no_change');
+      }
+    } else if (input.base_sha !== undefined) {
+      throw invalidBase(input.base_sha);
+    }
     return insertProposal(ctx, trx, p, {
       kind: page ? 'edit' : 'create',
       origin: 'propose',
       pageId: page?.id ?? null,
       path: target.path,
       content: input.content,
-      baseHash: page?.content_hash ?? null,
-      baseCommit: page?.commit_sha ?? null,
+      baseHash: base?.blobSha ?? null,
+      baseCommit: base?.commitSha ?? null,
       reason: input.reason ?? '',
       sensitivity: highest(page?.sensitivity, page?.block_level, content.sensitivity, content.blockLevel),
     });
@@ -59,21 +84,75 @@ export async function createProposal(
   return presentProposal(p, row);
 }
 
+/** Proposals listed per round while filling a page past ones the caller cannot see. */
+const LIST_BATCH = 200;
+
+/** The opaque cursor of a proposal list: where the next page starts (created_at, id). */
+function encodeCursor(row: Pick<ProposalsTable, 'created_at' | 'id'>): string {
+  return Buffer.from(`${row.created_at}|${row.id}`, 'utf8').toString('base64url');
+}
+
+function decodeCursor(cursor: string): { createdAt: string; id: string } {
+  const raw = Buffer.from(cursor, 'base64url').toString('utf8');
+  const [createdAt, id, ...rest] = raw.split('|');
+  if (!createdAt || !id || rest.length > 0 || Number.isNaN(Date.parse(createdAt)) || !/^pp_[0-9a-z]+$/.test(id)) {
+    throw badRequest('cursor is not one this list returned (send next_cursor as given)', 'invalid_cursor');
+  }
+  return { createdAt, id };
+}
+
+/**
+ * Which proposals the caller may see: judged on what each proposal holds (its stored path and
+ * level) AND on its page as it is now (moved, raised, deleted since), as the inbox does.
+ */
+async function visibleTo(db: Transaction<DB> | CoreContext['store']['db'], p: Principal, rows: ProposalsTable[]): Promise<ProposalsTable[]> {
+  const pageIds = [...new Set(rows.map((r) => r.page_id).filter((x): x is string => x !== null))];
+  const pages = new Map<string, boolean>();
+  for (let i = 0; i < pageIds.length; i += 500) {
+    const found = await db
+      .selectFrom('pages')
+      .select(['id', 'path', 'sensitivity', 'block_level'])
+      .where('workspace_id', '=', p.workspaceId)
+      .where('id', 'in', pageIds.slice(i, i + 500))
+      .execute();
+    for (const pg of found) pages.set(pg.id, canReadPage(p, { path: pg.path, sensitivity: pg.sensitivity, blockLevel: pg.block_level }));
+  }
+  return rows.filter((r) => canSeeProposal(p, proposalFacts(r)) && (r.page_id === null || pages.get(r.page_id) === true));
+}
+
+/**
+ * Proposals the caller can see, newest first, `limit` at a time: hidden ones are skipped in
+ * rounds until the page is full, and `next_cursor` (null on the last page) continues after the
+ * last one returned, so every visible proposal comes exactly once.
+ */
 export async function listProposals(
   ctx: CoreContext,
   p: Principal,
-  opts: { status?: ProposalsTable['status'] | undefined; limit: number },
-): Promise<ProposalRecord[]> {
-  let q = ctx.store.db.selectFrom('proposals').selectAll().where('workspace_id', '=', p.workspaceId);
-  if (opts.status) q = q.where('status', '=', opts.status);
-  // Filtered after the query (visibility is a policy decision); over-fetch to fill the page.
-  const rows = await q.orderBy('created_at', 'desc').limit(opts.limit * 4).execute();
-  return rows.filter((r) => canSeeProposal(p, proposalFacts(r))).slice(0, opts.limit).map((r) => presentProposal(p, r));
+  opts: { status?: ProposalsTable['status'] | undefined; limit: number; cursor?: string | undefined },
+): Promise<{ proposals: ProposalRecord[]; next_cursor: string | null }> {
+  const db = ctx.store.db;
+  let after = opts.cursor ? decodeCursor(opts.cursor) : null;
+  const found: ProposalsTable[] = [];
+  for (;;) {
+    let q = db.selectFrom('proposals').selectAll().where('workspace_id', '=', p.workspaceId);
+    if (opts.status) q = q.where('status', '=', opts.status);
+    if (after) {
+      const a = after;
+      q = q.where((eb) => eb.or([eb('created_at', '<', a.createdAt), eb.and([eb('created_at', '=', a.createdAt), eb('id', '<', a.id)])]));
+    }
+    const batch = await q.orderBy('created_at', 'desc').orderBy('id', 'desc').limit(LIST_BATCH).execute();
+    found.push(...(await visibleTo(db, p, batch)));
+    if (found.length > opts.limit || batch.length < LIST_BATCH) break;
+    const last = batch[batch.length - 1]!;
+    after = { createdAt: last.created_at, id: last.id };
+  }
+  const page = found.slice(0, opts.limit);
+  return { proposals: page.map((r) => presentProposal(p, r)), next_cursor: found.length > opts.limit ? encodeCursor(page[page.length - 1]!) : null };
 }
 
 async function loadProposal(db: Transaction<DB> | CoreContext['store']['db'], p: Principal, id: string): Promise<ProposalsTable> {
   const row = await db.selectFrom('proposals').selectAll().where('id', '=', id).where('workspace_id', '=', p.workspaceId).executeTakeFirst();
-  if (!row || !canSeeProposal(p, proposalFacts(row))) throw notFound(`Proposal ${id} not found`);
+  if (!row || (await visibleTo(db, p, [row])).length === 0) throw notFound(`Proposal ${id} not found`);
   return row;
 }
 
@@ -131,8 +210,11 @@ export async function acceptProposal(ctx: CoreContext, p: Principal, id: string,
           const base = await new ObjectStore(trx, p.workspaceId).getBlob(row.base_hash);
           const m = base ? mergePage(base.toString('utf8'), page!.content, raw) : null;
           if (!m || m.kind === 'conflict') {
-            throw conflict('The page changed since this proposal and it no longer merges; accept it with edited content', 'conflict', {
+            // The proposal stays open; the answer shows the clash so the acceptor can resolve it.
+            throw conflict('The page changed since the version this proposal was based on, and the changes clash; accept it with edited content', 'conflict', {
               current: { content_hash: page!.content_hash, commit_sha: page!.commit_sha },
+              base: { content_hash: row.base_hash, commit_sha: row.base_commit },
+              conflicts: m ? m.conflicts : [],
             });
           }
           raw = m.content;

@@ -18,11 +18,18 @@ export async function proposalRoutes(app: FastifyInstance, ctx: CoreContext): Pr
       schema: {
         tags,
         summary: 'Proposals you can see, newest first',
-        querystring: z.object({ status: z.enum(PROPOSAL_STATUSES).optional(), limit: z.coerce.number().int().min(1).max(200).default(50) }),
-        response: { 200: z.object({ proposals: z.array(ProposalSchema) }), ...errors(400, 401) },
+        querystring: z.object({
+          status: z.enum(PROPOSAL_STATUSES).optional(),
+          limit: z.coerce.number().int().min(1).max(200).default(50),
+          cursor: z.string().min(1).max(200).optional().describe('next_cursor of the previous page'),
+        }),
+        response: {
+          200: z.object({ proposals: z.array(ProposalSchema), next_cursor: z.string().nullable().describe('Pass as cursor for the next page; null on the last') }),
+          ...errors(400, 401),
+        },
       },
     },
-    async (req) => ({ proposals: await listProposals(ctx, caller(req), req.query) }),
+    async (req) => listProposals(ctx, caller(req), req.query),
   );
 
   r.post(
@@ -37,6 +44,11 @@ export async function proposalRoutes(app: FastifyInstance, ctx: CoreContext): Pr
             node_id: z.string().max(100).optional(),
             content: z.string(),
             reason: z.string().max(2000).optional(),
+            base_sha: z
+              .string()
+              .regex(/^[0-9a-fA-F]{40}$/, 'a 40-hex content_hash or commit_sha')
+              .optional()
+              .describe('The content_hash or commit_sha of the version you read; accepting merges from it. Without it, the page as it is now'),
           })
           .refine((b) => b.path !== undefined || b.node_id !== undefined, { message: 'Name the page: path or node_id' }),
         response: { 201: ProposalSchema, ...errors(400, 401, 403, 404, 413) },
