@@ -1,5 +1,6 @@
 import fastifyCookie from '@fastify/cookie';
 import fastifySwagger from '@fastify/swagger';
+import { requestSerializer } from './http/log-redact.js';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { jsonSchemaTransform, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
 import type { CoreContext } from './core/context.js';
@@ -36,13 +37,14 @@ declare module 'fastify' {
 }
 
 export interface AppOptions {
-  logger?: boolean | { level: string };
+  logger?: boolean | { level: string; stream?: { write(line: string): void } };
 }
 
 /** Builds the HTTP application from its faces; app.ts only wires. */
 export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise<FastifyInstance> {
   const app = Fastify({
-    logger: opts.logger ?? { level: ctx.config.logLevel },
+    // Secrets in URLs (invite tokens) never reach the request log.
+    logger: opts.logger === false ? false : { level: ctx.config.logLevel, ...(typeof opts.logger === 'object' ? opts.logger : {}), serializers: { req: requestSerializer } },
     bodyLimit: BODY_LIMIT,
     // TRUST_PROXY: req.ip / host / protocol from the one proxy in front (see client-ip.ts).
     trustProxy: trustProxyOption(ctx.config.trustProxy),

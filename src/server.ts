@@ -27,6 +27,7 @@ export async function startServer(config: Config, opts: AppOptions = {}): Promis
   await retrieval.start();
   const ctx: CoreContext = { store, config, touches, notifier, retrieval };
   const app = await buildApp(ctx, opts);
+  ctx.log = app.log;
   retrieval.worker.onError = (message, err) => app.log.warn({ err }, `embeddings provider failed: ${message}`);
   await app.listen({ port: config.port, host: config.host });
   const addr = app.server.address();

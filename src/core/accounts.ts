@@ -1,6 +1,7 @@
 import { sql } from 'kysely';
 import { checkPassword } from '../auth/password-policy.js';
-import { hashPassword, verifyPassword } from '../auth/secrets.js';
+import { hashNeedsUpgrade, hashPassword, verifyPassword } from '../auth/secrets.js';
+import { assertNotBackedOff, recordFailure, recordSuccess } from './account-guard.js';
 import { inTransaction } from '../store/tx.js';
 import { appendAudit } from './audit.js';
 import type { CoreContext } from './context.js';
@@ -59,6 +60,13 @@ export async function signup(ctx: CoreContext, input: SignupInput): Promise<Sign
   const now = nowIso();
   // With an invite, lock the invited workspace: its audit chain gets the invite.accept entry.
   return inTransaction(ctx.store, invite?.workspaceId ?? null, async (trx) => {
+    if (ctx.config.signups === 'invite' && !input.invite_token) {
+      // Decided again where it counts: two first sign-ups at once must not both pass. Sign-ups
+      // without an invite are serialised (PostgreSQL advisory lock; SQLite has one writer).
+      if (ctx.store.dialect === 'postgres') await sql`select pg_advisory_xact_lock(7714202)`.execute(trx);
+      const any = await trx.selectFrom('principals').select('id').where('kind', '=', 'human').limit(1).executeTakeFirst();
+      if (any) throw forbidden('Sign-ups need an invite on this deployment (SIGNUPS=invite)', 'invite_required');
+    }
     const taken = await trx.selectFrom('principals').select('id').where('email', '=', email).executeTakeFirst();
     if (taken) throw conflict('An account with this email already exists', 'email_taken');
     const principalId = newId.principal();
@@ -89,8 +97,10 @@ export async function signup(ctx: CoreContext, input: SignupInput): Promise<Sign
 let dummyHash: Promise<string> | undefined;
 
 /** Checks email and password; the same error for an unknown email and a wrong password. */
-export async function checkCredentials(ctx: CoreContext, emailRaw: string, password: string): Promise<string> {
+export async function checkCredentials(ctx: CoreContext, emailRaw: string, password: string, ip?: string): Promise<string> {
   const email = normalizeEmail(emailRaw);
+  // Per account, whether it exists or not (issue 11): a backed-off account is refused unchecked.
+  await assertNotBackedOff(ctx, email);
   const row = await ctx.store.db
     .selectFrom('principals')
     .select(['id', 'password_hash'])
@@ -100,8 +110,20 @@ export async function checkCredentials(ctx: CoreContext, emailRaw: string, passw
     .executeTakeFirst();
   dummyHash ??= hashPassword('not-a-real-password-0');
   const ok = await verifyPassword(password, row?.password_hash ?? (await dummyHash));
-  if (!row || !row.password_hash || !ok) throw unauthorized('Email or password is wrong', 'invalid_credentials');
+  if (!row || !row.password_hash || !ok) {
+    await recordFailure(ctx, email, 'password', ip);
+    throw unauthorized('Email or password is wrong', 'invalid_credentials');
+  }
+  await recordSuccess(ctx, email);
+  await upgradeHash(ctx, row.id, password, row.password_hash);
   return row.id;
+}
+
+/** A hash made with weaker parameters than today's is replaced on a successful login (the password is at hand only then). */
+async function upgradeHash(ctx: CoreContext, principalId: string, password: string, stored: string): Promise<void> {
+  if (!hashNeedsUpgrade(stored)) return;
+  const fresh = await hashPassword(password);
+  await ctx.store.db.updateTable('principals').set({ password_hash: fresh }).where('id', '=', principalId).where('password_hash', '=', stored).execute();
 }
 
 export interface LoginStart {
@@ -113,8 +135,8 @@ export interface LoginStart {
 }
 
 /** First login step: the password, then what the second factor requires. */
-export async function beginLogin(ctx: CoreContext, email: string, password: string): Promise<LoginStart & { pendingKind: 'totp' | 'totp_enroll' | null }> {
-  const principalId = await checkCredentials(ctx, email, password);
+export async function beginLogin(ctx: CoreContext, email: string, password: string, ip?: string): Promise<LoginStart & { pendingKind: 'totp' | 'totp_enroll' | null }> {
+  const principalId = await checkCredentials(ctx, email, password, ip);
   const who = await ctx.store.db
     .selectFrom('principals')
     .select(['name', 'email', 'totp_enabled_at'])

@@ -13,4 +13,6 @@ export interface CoreContext {
   notifier: Notifier;
   /** Embeddings, the vector matrices and the worker that keeps them behind writes. */
   retrieval: RetrievalRuntime;
+  /** Where security events are reported (the server log); set once the app is built. */
+  log?: { warn(obj: object, msg: string): void };
 }

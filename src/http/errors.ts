@@ -44,5 +44,8 @@ export function toServiceError(err: unknown, req: FastifyRequest): ServiceError 
 }
 
 export function sendError(reply: FastifyReply, e: ServiceError): FastifyReply {
+  // A back-off decided in the core (per-account sign-in failures) says when to come back.
+  const retry = e.details?.retryAfterSeconds;
+  if (e.status === 429 && typeof retry === 'number' && !reply.getHeader('retry-after')) reply.header('Retry-After', String(retry));
   return reply.code(e.status).type('application/json; charset=utf-8').send(errorBody(e));
 }

@@ -7,6 +7,7 @@ import * as m004 from './migrations/004_retrieval.js';
 import * as m005 from './migrations/005_vectors.js';
 import * as m006 from './migrations/006_search_filters.js';
 import * as m008 from './migrations/008_agent_custody.js';
+import * as m009 from './migrations/009_account_attempts.js';
 
 interface Migration {
   name: string;
@@ -22,6 +23,7 @@ const MIGRATIONS: Migration[] = [
   { name: '005_vectors', up: m005.up },
   { name: '006_search_filters', up: m006.up },
   { name: '008_agent_custody', up: m008.up },
+  { name: '009_account_attempts', up: m009.up },
 ];
 
 export async function migrate<T>(db: Kysely<T>, dialect: Dialect): Promise<string[]> {

@@ -220,6 +220,14 @@ export interface GitTokensTable {
   revoked_at: string | null;
 }
 
+export interface AuthFailuresTable {
+  /** `email:<normalised email>` */
+  account: string;
+  failures: number;
+  last_failure_ms: number | string;
+  blocked_until_ms: number | string;
+}
+
 export interface RateLimitsTable {
   bucket: string;
   tokens: number;
@@ -380,6 +388,7 @@ export interface DB {
   git_objects: GitObjectsTable;
   git_refs: GitRefsTable;
   audit_log: AuditLogTable;
+  auth_failures: AuthFailuresTable;
   invites: InvitesTable;
   elevations: ElevationsTable;
   git_tokens: GitTokensTable;

@@ -276,7 +276,7 @@ export async function webPages(app: FastifyInstance, ctx: CoreContext): Promise<
       if (!preSessionCsrfOk(req, form.data.csrf)) return loginPage(req, reply, 403, { next, email: form.data.email, error: CSRF_MESSAGE });
       let login: Awaited<ReturnType<typeof beginLogin>>;
       try {
-        login = await beginLogin(ctx, form.data.email, form.data.password);
+        login = await beginLogin(ctx, form.data.email, form.data.password, req.ip);
       } catch (err) {
         if (isServiceError(err) && err.status === 401) {
           // One message for an unknown email and a wrong password.
@@ -323,7 +323,7 @@ export async function webPages(app: FastifyInstance, ctx: CoreContext): Promise<
       }
       const p = second.p;
       try {
-        if (kind === 'totp') await verifyLoginCode(ctx, p.id, p.sessionId!, code);
+        if (kind === 'totp') await verifyLoginCode(ctx, p.id, p.sessionId!, code, req.ip);
         else await enrollTotp(ctx, p, code);
       } catch (err) {
         if (isServiceError(err) && err.code === 'invalid_code') {

@@ -200,8 +200,10 @@ const ROWS: Row[] = [
     route: '/api/auth/totp/enroll',
     auth: 'S',
     // Without a code: a new, inactive secret and its otpauth:// URI (docs/decisions.md "Enrolment").
+    // From a signed-in session it needs a step-up (issue 11: a stolen session must not bind
+    // its own second factor).
     request: () => ({ path: '/api/auth/totp/enroll' }),
-    expect: anyHuman(ok()),
+    expect: { viewer: STEP_UP, editor: STEP_UP, owner: STEP_UP, ownerStepUp: ok() },
   },
   {
     method: 'POST',

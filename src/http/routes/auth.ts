@@ -89,7 +89,7 @@ export async function authRoutes(app: FastifyInstance, ctx: CoreContext): Promis
       },
     },
     async (req, reply) => {
-      const login = await beginLogin(ctx, req.body.email, req.body.password);
+      const login = await beginLogin(ctx, req.body.email, req.body.password, req.ip);
       const s = await openSession(ctx, login.principalId, login.workspace.id, login.pendingKind);
       setSessionCookies(ctx, reply, s);
       return {
@@ -114,7 +114,7 @@ export async function authRoutes(app: FastifyInstance, ctx: CoreContext): Promis
     },
     async (req, reply) => {
       const p = caller(req);
-      await verifyLoginCode(ctx, p.id, p.sessionId!, req.body.code);
+      await verifyLoginCode(ctx, p.id, p.sessionId!, req.body.code, req.ip);
       const expiresAt = await activateSession(ctx, p.sessionId!);
       // Re-issue the cookies with the full lifetime now that the session is active.
       const token = req.cookies[SESSION_COOKIE]!;
@@ -164,10 +164,10 @@ export async function authRoutes(app: FastifyInstance, ctx: CoreContext): Promis
         tags: ['auth'],
         summary: 'Step up for 5 minutes with a TOTP code, or the password when TOTP is not enrolled',
         body: z.strictObject({ code: z.string().max(16).optional(), password: z.string().max(1024).optional() }),
-        response: { 200: z.object({ step_up_until: z.string() }), ...errors(400, 401, 403) },
+        response: { 200: z.object({ step_up_until: z.string() }), ...errors(400, 401, 403, 429) },
       },
     },
-    async (req) => ({ step_up_until: (await stepUp(ctx, caller(req), req.body)).until }),
+    async (req) => ({ step_up_until: (await stepUp(ctx, caller(req), req.body, req.ip)).until }),
   );
 
   r.get(

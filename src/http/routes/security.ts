@@ -4,7 +4,7 @@ import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
 import { elevate, ELEVATION_MAX_MINUTES, GIT_TOKEN_MAX_DAYS, lockdown, mintGitToken } from '../../core/security.js';
 import { caller } from '../auth.js';
-import { errors } from '../schemas.js';
+import { errors, optionalBody } from '../schemas.js';
 
 /** Lockdown, elevations and git tokens: the `+U` acts of the spec. */
 export async function securityRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
@@ -55,10 +55,13 @@ export async function securityRoutes(app: FastifyInstance, ctx: CoreContext): Pr
       schema: {
         tags: ['identity'],
         summary: 'Step-up: mint your own git token (gt_…, HTTP Basic password on /git only); shown once',
-        body: z.strictObject({
-          name: z.string().trim().min(1).max(100).default('git'),
-          expires_in_days: z.number().int().min(1).max(GIT_TOKEN_MAX_DAYS).default(GIT_TOKEN_MAX_DAYS),
-        }),
+        // No body at all is fine: a token named "git" for the default lifetime.
+        body: optionalBody(
+          z.strictObject({
+            name: z.string().trim().min(1).max(100).default('git'),
+            expires_in_days: z.number().int().min(1).max(GIT_TOKEN_MAX_DAYS).default(GIT_TOKEN_MAX_DAYS),
+          }),
+        ),
         response: {
           201: z.object({ id: z.string(), name: z.string(), hint: z.string(), created_at: z.string(), expires_at: z.string(), token: z.string() }),
           ...errors(400, 401, 403),
