@@ -171,11 +171,14 @@ export async function keywordCandidates(ctx: CoreContext, p: Principal, scope: S
     // The ranked matches: all scored by bm25, the newest `newest` scored, or (every word
     // common) the newest unscored; each cut to the prefilter. Ties and unscored rows go newest first.
     const scoredAll = sql`select rowid as rid, ${BM25} as b from page_sections_fts where page_sections_fts match ${match} order by b, rowid desc`;
+    // The newest matches are the caller's workspace's newest (issue 11): across every workspace,
+    // another tenant's writing would crowd them out and change what this caller finds.
+    const mine = sql`exists (select 1 from page_sections m where m.id = page_sections_fts.rowid and m.workspace_id = ${p.workspaceId})`;
     rows = await best(
       !plan.scored
-        ? sql`select rowid as rid, 0.0 as b from page_sections_fts where page_sections_fts match ${match} order by rowid desc limit ${prefilter(limit, false)}`
+        ? sql`select rowid as rid, 0.0 as b from page_sections_fts where page_sections_fts match ${match} and ${mine} order by rowid desc limit ${prefilter(limit, false)}`
         : plan.newest !== null
-          ? sql`select rid, b from (select rowid as rid, ${BM25} as b from page_sections_fts where page_sections_fts match ${match} order by rowid desc limit ${plan.newest}) order by b, rid desc limit ${prefilter(limit, true)}`
+          ? sql`select rid, b from (select rowid as rid, ${BM25} as b from page_sections_fts where page_sections_fts match ${match} and ${mine} order by rowid desc limit ${plan.newest}) order by b, rid desc limit ${prefilter(limit, true)}`
           : sql`${scoredAll} limit ${prefilter(limit, true)}`,
     );
     if (rows.length < limit && plan.scored && plan.newest === null && (await matchesMoreThan(ctx, match, prefilter(limit, true)))) {

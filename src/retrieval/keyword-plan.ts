@@ -12,7 +12,7 @@ import type { Store } from '../store/db.js';
  */
 
 /**
- * A word in more sections than this (of the whole deployment) is a common word: weighing it
+ * A word in more sections than this (of the caller's workspace) is a common word: weighing it
  * would cost more than the whole query may, and bm25 gives it almost no weight anyway.
  */
 export const COMMON_DOCS = 20_000;
@@ -59,38 +59,55 @@ const COUNT_CACHE_MAX = 20_000;
 const CACHE_FROM = 1_000;
 const countCaches = new WeakMap<Store, Map<string, { n: number; at: number }>>();
 
+/** Whose sections a count covers: one workspace, at the levels the caller may see there. */
+export interface CountScope {
+  workspaceId: string;
+  levels: readonly string[];
+}
+
 /**
- * How many sections (of every workspace) hold each query term, by its Porter stem as the SQLite
- * index stores it; null on PostgreSQL, where counting would mean a scan. fts5vocab counts by
- * reading the word's whole list (milliseconds for a common word), so counts are cached per store.
+ * How many sections of the caller's workspace, at the levels it may see, hold each query term
+ * (by its Porter stem as the SQLite index stores it); null on PostgreSQL, where counting would
+ * mean a scan. Counting stops past COMMON_DOCS (only "common or not" matters above it).
+ *
+ * Per workspace and per level (issue 11): a count drives the plan and the "weak" decision,
+ * both of which change what a caller sees, so no other workspace's pages and no page above
+ * the caller's levels may move it. Costly counts are cached per store, workspace and levels.
  */
-export async function termDocCounts(store: Store, terms: string[]): Promise<Map<string, number> | null> {
+export async function termDocCounts(store: Store, terms: string[], scope: CountScope): Promise<Map<string, number> | null> {
   if (store.dialect !== 'sqlite') return null;
   let cache = countCaches.get(store);
   if (!cache) countCaches.set(store, (cache = new Map()));
   const now = Date.now();
   const stems = terms.map(indexStem);
+  const prefix = `${scope.workspaceId}|${[...scope.levels].sort().join(',')}|`;
   const counts = new Map<string, number>();
-  const missing: string[] = [];
   for (const s of new Set(stems)) {
-    const c = cache.get(s);
-    if (c && now - c.at <= COUNT_TTL_MS) counts.set(s, c.n);
-    else missing.push(s);
-  }
-  if (missing.length > 0) {
-    const rows = (await sql<{ term: string; doc: number }>`select term, doc from page_sections_vocab where term in (${sql.join(missing)})`.execute(store.db)).rows;
-    const found = new Map(rows.map((r) => [r.term, Number(r.doc)]));
-    if (cache.size + missing.length > COUNT_CACHE_MAX) {
+    const c = cache.get(prefix + s);
+    if (c && now - c.at <= COUNT_TTL_MS) {
+      counts.set(s, c.n);
+      continue;
+    }
+    // The stem as an FTS5 phrase: the tokenizer stems it again to itself.
+    const match = `"${s.replaceAll('"', '""')}"`;
+    const levels = [...scope.levels];
+    const n = Number(
+      (
+        await sql<{ n: number }>`select count(*) as n from (
+          select 1 from page_sections_fts f cross join page_sections s cross join pages p
+          where f.page_sections_fts match ${match} and s.id = f.rowid and s.workspace_id = ${scope.workspaceId}
+            and p.id = s.page_id and p.sensitivity in (${sql.join(levels)}) and (s.block_level is null or s.block_level in (${sql.join(levels)}))
+          limit ${COMMON_DOCS + 1})`.execute(store.db)
+      ).rows[0]?.n ?? 0,
+    );
+    counts.set(s, n);
+    if (cache.size >= COUNT_CACHE_MAX) {
       for (const [k, c] of cache) if (now - c.at > COUNT_TTL_MS) cache.delete(k);
-      if (cache.size + missing.length > COUNT_CACHE_MAX) cache.clear();
+      if (cache.size >= COUNT_CACHE_MAX) cache.clear();
     }
-    for (const s of missing) {
-      const n = found.get(s) ?? 0;
-      counts.set(s, n);
-      // Only costly counts are kept: a rare word's is read fresh, so new words count at once.
-      if (n >= CACHE_FROM) cache.set(s, { n, at: now });
-      else cache.delete(s);
-    }
+    // Only costly counts are kept: a rare word's is read fresh, so new words count at once.
+    if (n >= CACHE_FROM) cache.set(prefix + s, { n, at: now });
+    else cache.delete(prefix + s);
   }
   return new Map(terms.map((t, i) => [t, counts.get(stems[i]!)!]));
 }

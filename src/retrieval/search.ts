@@ -2,7 +2,8 @@ import type { CoreContext } from '../core/context.js';
 import { badRequest, forbidden } from '../core/errors.js';
 import { hasActionWithin } from '../policy/access.js';
 import type { Principal } from '../policy/principal.js';
-import { keywordCandidates, vectorCandidates, type Candidate, type Scope } from './candidates.js';
+import { keywordCandidates, vectorCandidates, widestCeiling, type Candidate, type Scope } from './candidates.js';
+import { atOrBelow, LEVELS } from '../policy/sensitivity.js';
 import { keywordPlan, termDocCounts } from './keyword-plan.js';
 import { EmbeddingUnavailableError } from './embeddings/provider.js';
 import { boostAndSort, fuse, VECTOR_FLOOR, type Fused } from './hybrid.js';
@@ -86,7 +87,8 @@ function byPage(list: Candidate[]): Candidate[] {
  */
 export async function keywordList(ctx: CoreContext, p: Principal, scope: Scope, terms: string[], limit = CANDIDATES): Promise<KeywordList> {
   if (terms.length === 0) return [];
-  const docs = await termDocCounts(ctx.store, terms);
+  const levels = LEVELS.filter((l) => atOrBelow(l, widestCeiling(p, scope.action) ?? 'public'));
+  const docs = await termDocCounts(ctx.store, terms, { workspaceId: p.workspaceId, levels });
   const run = async (op: 'AND' | 'OR', words: string[]) => {
     const plan = keywordPlan(words, op, docs);
     const list = await keywordCandidates(ctx, p, scope, plan, limit);
@@ -172,7 +174,11 @@ export async function searchPages(ctx: CoreContext, p: Principal, opts: SearchOp
   }
 
   let ranked: { c: Candidate; score: number }[];
-  if (opts.mode === 'fts') ranked = kw.map((c) => ({ c, score: c.score }));
+  // In fts mode the score shown is derived from the rank alone (issue 11): SQLite's bm25 weighs
+  // words by statistics of every workspace and level, so its raw value would tell of pages the
+  // caller cannot see. Vector scores are cosines of the query and the page alone; hybrid
+  // scores are fused from ranks in the caller's own lists.
+  if (opts.mode === 'fts') ranked = kw.map((c, i) => ({ c, score: 1 / (i + 1) }));
   else if (opts.mode === 'vector') ranked = vec.map((c) => ({ c, score: c.score }));
   else ranked = (await rankHybrid(ctx, p, kw, vec, (c) => c.page_id, terms)).map((f) => ({ c: f.item, score: f.score }));
   out.results = ranked.slice(0, opts.limit).map(({ c, score }) => ({

@@ -3,6 +3,7 @@ import { authenticate } from '../../src/auth/resolve.js';
 import { SESSION_COOKIE } from '../../src/auth/sessions.js';
 import type { Principal } from '../../src/policy/principal.js';
 import { keywordCandidates, type Candidate, type Scope } from '../../src/retrieval/candidates.js';
+import { LEVELS } from '../../src/policy/sensitivity.js';
 import { COMMON_DOCS, keywordPlan, SCORE_BUDGET, termDocCounts, type KeywordPlan } from '../../src/retrieval/keyword-plan.js';
 import { keywordList } from '../../src/retrieval/search.js';
 import { testEngines } from '../support/engines.js';
@@ -110,6 +111,8 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
     expect(res.status, res.text.slice(0, 300)).toBe(201);
   };
   const run = (p: Principal, sc: Scope, plan: KeywordPlan, limit = 50) => keywordCandidates(s.ctx, p, sc, plan, limit);
+  /** Counts over the owner's workspace at every level. */
+  const counted = () => ({ workspaceId: human.workspaceId, levels: LEVELS });
   const pathsOf = (list: Candidate[]) => list.map((c) => c.path);
   const unscored = (terms: string[]): KeywordPlan => ({ terms, op: 'AND', scored: false, newest: null });
   const newest = (terms: string[], n: number | null): KeywordPlan => ({ terms, op: 'AND', scored: true, newest: n });
@@ -137,7 +140,7 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
     await write({ path: 'cnt/one.md', title: 'Counting one', body: '# First\n\nThe zorblax lives here.\n\n# Second\n\nAnother zorblax.\n\n# Third\n\nNothing.\n' });
     await write({ path: 'cnt/two.md', title: 'Counting two', body: '# Only\n\nA zorblax and we are deploying.\n' });
     await write({ path: 'cnt/three.md', title: 'Counting three', body: '# Only\n\nIt deployed fine.\n\n# Later\n\nHe deploys daily.\n' });
-    const docs = await termDocCounts(s.ctx.store, ['zorblax', 'deploy', 'deploying', 'nosuchwordatall']);
+    const docs = await termDocCounts(s.ctx.store, ['zorblax', 'deploy', 'deploying', 'nosuchwordatall'], counted());
     if (!sqlite) {
       expect(docs).toBeNull();
       await write({ path: 'cnt/four.md', title: 'Counting four', body: 'One more zorblax.\n' }); // as on SQLite, for the later tests
@@ -145,13 +148,13 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
     }
     expect(docs).toEqual(new Map([['zorblax', 3], ['deploy', 3], ['deploying', 3], ['nosuchwordatall', 0]]));
     // A word in the title is in every section of its page.
-    expect((await termDocCounts(s.ctx.store, ['counting']))!.get('counting')).toBe(6);
+    expect((await termDocCounts(s.ctx.store, ['counting'], counted()))!.get('counting')).toBe(6);
     // Rare words are counted afresh: a new section counts at once.
     await write({ path: 'cnt/four.md', title: 'Counting four', body: 'One more zorblax.\n' });
-    expect((await termDocCounts(s.ctx.store, ['zorblax']))!.get('zorblax')).toBe(4);
+    expect((await termDocCounts(s.ctx.store, ['zorblax'], counted()))!.get('zorblax')).toBe(4);
     // The index drops diacritics: an accented query word counts the same sections as its plain form.
     await write({ path: 'cnt/five.md', title: 'Counting five', body: 'Coffee at the café, a crème brûlée.\n' });
-    expect(await termDocCounts(s.ctx.store, ['café', 'cafe', 'crème', 'brûlée'])).toEqual(new Map([['café', 1], ['cafe', 1], ['crème', 1], ['brûlée', 1]]));
+    expect(await termDocCounts(s.ctx.store, ['café', 'cafe', 'crème', 'brûlée'], counted())).toEqual(new Map([['café', 1], ['cafe', 1], ['crème', 1], ['brûlée', 1]]));
   });
 
   it('an unscored plan returns the sections holding every word, newest first', async () => {
@@ -199,7 +202,7 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
     const terms = ['plethorax', 'snorvel'];
     const top = await run(agent, scope(), unscored(terms), 1);
     if (sqlite) {
-      expect((await termDocCounts(s.ctx.store, terms))!.get('plethorax')).toBeGreaterThan(600);
+      expect((await termDocCounts(s.ctx.store, terms, counted()))!.get('plethorax')).toBeGreaterThan(600);
       expect(pathsOf(top)).toEqual(['bulk/later.md']);
     }
     const ten = await run(agent, scope(), unscored(terms), 10);

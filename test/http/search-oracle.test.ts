@@ -1,0 +1,102 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { testEngines } from '../support/engines.js';
+import { Client, joinAs, signupHuman, startTestServer, type TestServer } from '../support/server.js';
+import { connectMcp } from '../mcp/support.js';
+
+/**
+ * Issue 11, item 2: search scores and plans must not be an oracle. A signed-up user of another
+ * workspace must not learn whether a word occurs here from how their own results score or
+ * which fallback runs, and a viewer must not learn it of secret pages of their own workspace.
+ * Each test records what the victim's caller sees, lets the other side write, and compares.
+ */
+
+interface Hit {
+  id: string;
+  score: number;
+}
+
+describe.each(testEngines())('trust: search is no oracle (%s)', (engine) => {
+  let s: TestServer;
+  let a: Client; // workspace A's owner: the observer
+  let b: Client; // workspace B's owner: writes words
+  let aViewer: Client;
+
+  beforeAll(async () => {
+    s = await startTestServer(engine);
+    a = (await signupHuman(s.url, 'Alice')).client;
+    const wsA = (await a.get('/api/v1/whoami')).body.workspace.slug;
+    b = (await signupHuman(s.url, 'Bob')).client;
+    aViewer = (await joinAs(a, wsA, 'viewer')).client;
+    for (const [path, content] of [
+      ['notes/falcon.md', '# Falcon\n\nThe zephyrine falcon nests on the north tower.\n'],
+      ['notes/harbor.md', '# Harbor\n\nShips of the harbor carry quillwort and zephyrine lumber, zephyrine again.\n'],
+      ['notes/garden.md', '# Garden\n\nQuillwort grows by the pond in the garden.\n'],
+    ]) {
+      const r = await a.post('/api/v1/nodes', { path, content });
+      expect(r.status, r.text).toBe(201);
+    }
+  }, 60_000);
+  afterAll(async () => s?.stop());
+
+  const search = async (c: Client, q: string, mode: string): Promise<{ mode_used: string; hits: Hit[] }> => {
+    const r = await c.get(`/api/v1/search?q=${encodeURIComponent(q)}&mode=${mode}&limit=10`);
+    expect(r.status, r.text).toBe(200);
+    return { mode_used: r.body.mode_used, hits: r.body.results.map((h: Hit) => ({ id: h.id, score: h.score })) };
+  };
+
+  it('keyword scores are derived from the rank alone: no raw bm25 value reaches a caller', async () => {
+    const r = await search(a, 'zephyrine', 'fts');
+    expect(r.hits.length).toBe(2);
+    expect(r.hits.map((h) => h.score)).toEqual([1, 0.5]);
+  });
+
+  it("another workspace writing the query's words changes nothing in this workspace's answers: scores, fallback or weighting", async () => {
+    // `flumdiddle` is in no section of A: the any-word fallback runs, and its "weak" decision
+    // (a word in no section) used to be counted over every workspace.
+    const queries: [string, string][] = [
+      ['zephyrine', 'fts'],
+      ['quillwort', 'fts'],
+      ['zephyrine flumdiddle', 'hybrid'],
+      ['quillwort flumdiddle', 'fts'],
+      ['harbor zephyrine', 'hybrid'],
+    ];
+    const before = [];
+    for (const [q, m] of queries) before.push(await search(a, q, m));
+    const mcpBefore = await (async () => {
+      const key = await a.post('/api/v1/principals', { name: 'observer', ceiling: 'internal', grants: [{ action: 'search', scope: '*', ceiling: 'internal' }] });
+      const k = await a.post(`/api/v1/principals/${key.body.id}/tokens`, { name: 'k' });
+      return k.body.key as string;
+    })();
+    const mcp = await connectMcp(s.url, mcpBefore);
+    const mcpSearch = async () => (await mcp.callTool({ name: 'context_search', arguments: { query: 'zephyrine flumdiddle' } })).content;
+    const m1 = await mcpSearch();
+
+    // Workspace B writes the words, many times, and the word A lacks.
+    for (let i = 0; i < 40; i++) {
+      const r = await b.post('/api/v1/nodes', { path: `flood/p${i}.md`, content: `# Flood ${i}\n\nzephyrine ${'zephyrine '.repeat(i % 5)}quillwort flumdiddle flumdiddle harbor.\n` });
+      expect(r.status).toBe(201);
+    }
+
+    const after = [];
+    for (const [q, m] of queries) after.push(await search(a, q, m));
+    expect(after).toEqual(before);
+    expect(await mcpSearch()).toEqual(m1);
+    await mcp.close();
+  });
+
+  it("a viewer's scores do not move when pages above its ceiling hold the query's words", async () => {
+    // A word in one page the viewer may read; then three secret pages get it too.
+    expect((await a.post('/api/v1/nodes', { path: 'notes/moon.md', content: '# Moon\n\nThe moonquill blooms at night, far from the harbor.\n' })).status).toBe(201);
+    const before = await search(aViewer, 'moonquill', 'fts');
+    const beforeHybrid = await search(aViewer, 'moonquill flumdiddle', 'hybrid');
+    expect(before.hits).toHaveLength(1);
+    for (let i = 0; i < 3; i++) {
+      const r = await a.post('/api/v1/nodes', { path: `vault/s${i}.md`, content: `---\nsensitivity: secret\n---\n# Secret ${i}\n\nmoonquill and flumdiddle ${i}.\n` });
+      expect(r.status).toBe(201);
+    }
+    expect(await search(aViewer, 'moonquill', 'fts')).toEqual(before);
+    expect(await search(aViewer, 'moonquill flumdiddle', 'hybrid')).toEqual(beforeHybrid);
+    // The owner sees the secret pages; the viewer's answers said nothing of them.
+    expect((await search(a, 'moonquill', 'fts')).hits).toHaveLength(4);
+  });
+});
