@@ -66,30 +66,56 @@ export interface CountScope {
 }
 
 /**
- * How many sections of the caller's workspace, at the levels it may see, hold each query term
- * (by its Porter stem as the SQLite index stores it); null on PostgreSQL, where counting would
- * mean a scan. Counting stops past COMMON_DOCS (only "common or not" matters above it).
+ * How many sections hold each query term, as far as planning can tell (null on PostgreSQL, where
+ * counting would mean a scan), for keywordPlan.
  *
- * Per workspace and per level (issue 11): a count drives the plan and the "weak" decision,
- * both of which change what a caller sees, so no other workspace's pages and no page above
- * the caller's levels may move it. Costly counts are cached per store, workspace and levels.
+ * Per workspace and per level (issue 11): the plan changes what a caller sees, so no other
+ * workspace's pages and no page above the caller's levels may move it. A workspace's count is
+ * never above the deployment's (fts5vocab, cheap and cached), and while every deployment count,
+ * and their sum, is within SCORE_BUDGET the plan is the same whatever the exact counts (every
+ * word kept, every match scored): those counts are returned as they are. Only past that are the
+ * caller's own counts taken (capped past COMMON_DOCS, cached per workspace and levels), so the
+ * decision always equals the one per-workspace counts give; only its cost differs.
  */
 export async function termDocCounts(store: Store, terms: string[], scope: CountScope): Promise<Map<string, number> | null> {
-  if (store.dialect !== 'sqlite') return null;
+  const all = await deploymentCounts(store, terms);
+  if (all === null) return null;
+  const counts = [...all.values()];
+  if (counts.every((n) => n <= SCORE_BUDGET) && counts.reduce((a, b) => a + b, 0) <= SCORE_BUDGET) return all;
+  return scopeCounts(store, terms, scope, COMMON_DOCS + 1);
+}
+
+/**
+ * The query terms that no section of the caller's workspace, at its levels, holds (the "weak"
+ * fallback's test: a word the index does not know here is likely a misspelling). Per workspace
+ * and per level, like the plan; a word no section of the deployment holds needs no lookup.
+ */
+export async function termsAbsent(store: Store, terms: string[], scope: CountScope): Promise<Set<string> | null> {
+  const all = await deploymentCounts(store, terms);
+  if (all === null) return null;
+  const present = terms.filter((t) => (all.get(t) ?? 0) > 0);
+  const here = await scopeCounts(store, present, scope, 1);
+  return new Set(terms.filter((t) => (here.get(t) ?? 0) === 0));
+}
+
+/** Sections of the workspace, at the levels, holding each term; counting stops at `cap`. */
+async function scopeCounts(store: Store, terms: string[], scope: CountScope, cap: number): Promise<Map<string, number>> {
   let cache = countCaches.get(store);
   if (!cache) countCaches.set(store, (cache = new Map()));
   const now = Date.now();
   const stems = terms.map(indexStem);
   const prefix = `${scope.workspaceId}|${[...scope.levels].sort().join(',')}|`;
   const counts = new Map<string, number>();
-  for (const s of new Set(stems)) {
+  for (const [i, s] of stems.entries()) {
+    if (counts.has(s)) continue;
     const c = cache.get(prefix + s);
-    if (c && now - c.at <= COUNT_TTL_MS) {
-      counts.set(s, c.n);
+    if (c && now - c.at <= COUNT_TTL_MS && (c.n > 0 || cap === 1)) {
+      counts.set(s, Math.min(c.n, cap));
       continue;
     }
-    // The stem as an FTS5 phrase: the tokenizer stems it again to itself.
-    const match = `"${s.replaceAll('"', '""')}"`;
+    // The word as the user typed it, as one FTS5 phrase: the index's tokenizer folds and stems it
+    // exactly as it did the text (stemming a stem again may not give the stem back).
+    const match = `"${terms[i]!.replaceAll('"', '""')}"`;
     const levels = [...scope.levels];
     const n = Number(
       (
@@ -97,17 +123,50 @@ export async function termDocCounts(store: Store, terms: string[], scope: CountS
           select 1 from page_sections_fts f cross join page_sections s cross join pages p
           where f.page_sections_fts match ${match} and s.id = f.rowid and s.workspace_id = ${scope.workspaceId}
             and p.id = s.page_id and p.sensitivity in (${sql.join(levels)}) and (s.block_level is null or s.block_level in (${sql.join(levels)}))
-          limit ${COMMON_DOCS + 1})`.execute(store.db)
+          limit ${cap})`.execute(store.db)
       ).rows[0]?.n ?? 0,
     );
     counts.set(s, n);
-    if (cache.size >= COUNT_CACHE_MAX) {
-      for (const [k, c] of cache) if (now - c.at > COUNT_TTL_MS) cache.delete(k);
-      if (cache.size >= COUNT_CACHE_MAX) cache.clear();
+    trimCache(cache, now);
+    // Only costly full counts are kept: a rare word's is read fresh, so new words count at once.
+    if (n >= CACHE_FROM && cap > CACHE_FROM) cache.set(prefix + s, { n, at: now });
+  }
+  return new Map(terms.map((t, i) => [t, counts.get(stems[i]!)!]));
+}
+
+function trimCache(cache: Map<string, { n: number; at: number }>, now: number): void {
+  if (cache.size < COUNT_CACHE_MAX) return;
+  for (const [k, c] of cache) if (now - c.at > COUNT_TTL_MS) cache.delete(k);
+  if (cache.size >= COUNT_CACHE_MAX) cache.clear();
+}
+
+/**
+ * How many sections of the whole deployment hold each term (fts5vocab reads the word's whole
+ * list: milliseconds for a common word, so those counts are cached). Never shown and never a
+ * decision on its own: only an upper bound of the caller's own counts.
+ */
+async function deploymentCounts(store: Store, terms: string[]): Promise<Map<string, number> | null> {
+  if (store.dialect !== 'sqlite') return null;
+  let cache = countCaches.get(store);
+  if (!cache) countCaches.set(store, (cache = new Map()));
+  const now = Date.now();
+  const stems = terms.map(indexStem);
+  const counts = new Map<string, number>();
+  const missing: string[] = [];
+  for (const s of new Set(stems)) {
+    const c = cache.get(`*|${s}`);
+    if (c && now - c.at <= COUNT_TTL_MS) counts.set(s, c.n);
+    else missing.push(s);
+  }
+  if (missing.length > 0) {
+    const rows = (await sql<{ term: string; doc: number }>`select term, doc from page_sections_vocab where term in (${sql.join(missing)})`.execute(store.db)).rows;
+    const found = new Map(rows.map((r) => [r.term, Number(r.doc)]));
+    trimCache(cache, now);
+    for (const s of missing) {
+      const n = found.get(s) ?? 0;
+      counts.set(s, n);
+      if (n >= CACHE_FROM) cache.set(`*|${s}`, { n, at: now });
     }
-    // Only costly counts are kept: a rare word's is read fresh, so new words count at once.
-    if (n >= CACHE_FROM) cache.set(prefix + s, { n, at: now });
-    else cache.delete(prefix + s);
   }
   return new Map(terms.map((t, i) => [t, counts.get(stems[i]!)!]));
 }

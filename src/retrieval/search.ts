@@ -4,7 +4,7 @@ import { hasActionWithin } from '../policy/access.js';
 import type { Principal } from '../policy/principal.js';
 import { keywordCandidates, vectorCandidates, widestCeiling, type Candidate, type Scope } from './candidates.js';
 import { atOrBelow, LEVELS } from '../policy/sensitivity.js';
-import { keywordPlan, termDocCounts } from './keyword-plan.js';
+import { keywordPlan, termDocCounts, termsAbsent } from './keyword-plan.js';
 import { EmbeddingUnavailableError } from './embeddings/provider.js';
 import { boostAndSort, fuse, VECTOR_FLOOR, type Fused } from './hybrid.js';
 import { queryTerms } from './keyword.js';
@@ -87,8 +87,8 @@ function byPage(list: Candidate[]): Candidate[] {
  */
 export async function keywordList(ctx: CoreContext, p: Principal, scope: Scope, terms: string[], limit = CANDIDATES): Promise<KeywordList> {
   if (terms.length === 0) return [];
-  const levels = LEVELS.filter((l) => atOrBelow(l, widestCeiling(p, scope.action) ?? 'public'));
-  const docs = await termDocCounts(ctx.store, terms, { workspaceId: p.workspaceId, levels });
+  const counted = { workspaceId: p.workspaceId, levels: LEVELS.filter((l) => atOrBelow(l, widestCeiling(p, scope.action) ?? 'public')) };
+  const docs = await termDocCounts(ctx.store, terms, counted);
   const run = async (op: 'AND' | 'OR', words: string[]) => {
     const plan = keywordPlan(words, op, docs);
     const list = await keywordCandidates(ctx, p, scope, plan, limit);
@@ -97,7 +97,8 @@ export async function keywordList(ctx: CoreContext, p: Principal, scope: Scope, 
   };
   const all = await run('AND', terms);
   if (all.length > 0 || terms.length <= 1) return all;
-  const weak = docs === null || terms.some((t) => docs.get(t) === 0);
+  const absent = docs === null ? null : await termsAbsent(ctx.store, terms, counted);
+  const weak = absent === null || absent.size > 0;
   return Object.assign(await run('OR', terms), { weak, anyWord: true });
 }
 
