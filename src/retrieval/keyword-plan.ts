@@ -57,6 +57,8 @@ export function keywordPlan(terms: string[], op: 'AND' | 'OR', docs: Map<string,
 const COUNT_TTL_MS = 10 * 60_000;
 const COUNT_CACHE_MAX = 20_000;
 const CACHE_FROM = 1_000;
+/** How long a small per-workspace count is reused (the fallback asks for several per query). */
+const RARE_TTL_MS = 30_000;
 const countCaches = new WeakMap<Store, Map<string, { n: number; at: number }>>();
 
 /** Whose sections a count covers: one workspace, at the levels the caller may see there. */
@@ -77,12 +79,35 @@ export interface CountScope {
  * caller's own counts taken (capped past COMMON_DOCS, cached per workspace and levels), so the
  * decision always equals the one per-workspace counts give; only its cost differs.
  */
-export async function termDocCounts(store: Store, terms: string[], scope: CountScope): Promise<Map<string, number> | null> {
+export async function termDocCounts(store: Store, terms: string[], scope: CountScope, op: 'AND' | 'OR' = 'OR'): Promise<Map<string, number> | null> {
   const all = await deploymentCounts(store, terms);
   if (all === null) return null;
   const counts = [...all.values()];
-  if (counts.every((n) => n <= SCORE_BUDGET) && counts.reduce((a, b) => a + b, 0) <= SCORE_BUDGET) return all;
-  return scopeCounts(store, terms, scope, COMMON_DOCS + 1);
+  const exact = async (some: string[]) => {
+    // Past SCORE_BUDGET a count matters only as "common or not": count that far only when the
+    // deployment's count says it could be common.
+    const out = new Map<string, number>();
+    for (const common of [false, true]) {
+      const part = some.filter((t) => ((all.get(t) ?? 0) > COMMON_DOCS) === common);
+      if (part.length > 0) for (const [t, n] of await scopeCounts(store, part, scope, common ? COMMON_DOCS + 1 : SCORE_BUDGET + 1)) out.set(t, n);
+    }
+    return out;
+  };
+  if (op === 'OR') {
+    // Any word: the rarest are kept while their sum is within SCORE_BUDGET, so past it the order
+    // of the exact counts decides.
+    if (counts.every((n) => n <= SCORE_BUDGET) && counts.reduce((a, b) => a + b, 0) <= SCORE_BUDGET) return all;
+    const ex = await exact(terms);
+    return new Map(terms.map((t) => [t, ex.get(t)!]));
+  }
+  // All words: only "common or not" (past COMMON_DOCS) and, when no word is within SCORE_BUDGET,
+  // the smallest count decide the plan. A word the deployment holds at most SCORE_BUDGET times
+  // settles the second (the plan scores every match) and its own count needs no lookup.
+  const settled = counts.some((n) => n <= SCORE_BUDGET);
+  const need = terms.filter((t) => (all.get(t) ?? 0) > COMMON_DOCS || (!settled && (all.get(t) ?? 0) > 0));
+  if (need.length === 0) return all;
+  const ex = await exact(need);
+  return new Map(terms.map((t) => [t, ex.get(t) ?? all.get(t)!]));
 }
 
 /**
@@ -104,13 +129,13 @@ async function scopeCounts(store: Store, terms: string[], scope: CountScope, cap
   if (!cache) countCaches.set(store, (cache = new Map()));
   const now = Date.now();
   const stems = terms.map(indexStem);
-  const prefix = `${scope.workspaceId}|${[...scope.levels].sort().join(',')}|`;
+  const prefix = `${scope.workspaceId}|${[...scope.levels].sort().join(',')}|${cap}|`;
   const counts = new Map<string, number>();
   for (const [i, s] of stems.entries()) {
     if (counts.has(s)) continue;
     const c = cache.get(prefix + s);
-    if (c && now - c.at <= COUNT_TTL_MS && (c.n > 0 || cap === 1)) {
-      counts.set(s, Math.min(c.n, cap));
+    if (c && now - c.at <= COUNT_TTL_MS) {
+      counts.set(s, c.n);
       continue;
     }
     // The word as the user typed it, as one FTS5 phrase: the index's tokenizer folds and stems it
@@ -128,8 +153,9 @@ async function scopeCounts(store: Store, terms: string[], scope: CountScope, cap
     );
     counts.set(s, n);
     trimCache(cache, now);
-    // Only costly full counts are kept: a rare word's is read fresh, so new words count at once.
-    if (n >= CACHE_FROM && cap > CACHE_FROM) cache.set(prefix + s, { n, at: now });
+    // Costly counts are kept for COUNT_TTL_MS, smaller ones briefly (RARE_TTL_MS), a word absent
+    // here not at all, so a new word counts at once. A stale count only steers a plan.
+    if (n > 0) cache.set(prefix + s, { n, at: n >= CACHE_FROM ? now : now - COUNT_TTL_MS + RARE_TTL_MS });
   }
   return new Map(terms.map((t, i) => [t, counts.get(stems[i]!)!]));
 }

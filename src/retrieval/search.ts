@@ -88,16 +88,15 @@ function byPage(list: Candidate[]): Candidate[] {
 export async function keywordList(ctx: CoreContext, p: Principal, scope: Scope, terms: string[], limit = CANDIDATES): Promise<KeywordList> {
   if (terms.length === 0) return [];
   const counted = { workspaceId: p.workspaceId, levels: LEVELS.filter((l) => atOrBelow(l, widestCeiling(p, scope.action) ?? 'public')) };
-  const docs = await termDocCounts(ctx.store, terms, counted);
   const run = async (op: 'AND' | 'OR', words: string[]) => {
-    const plan = keywordPlan(words, op, docs);
+    const plan = keywordPlan(words, op, await termDocCounts(ctx.store, words, counted, op));
     const list = await keywordCandidates(ctx, p, scope, plan, limit);
     if ((plan.scored && plan.newest === null) || list.length >= Math.min(limit, BOUNDED_MIN)) return list;
     return keywordCandidates(ctx, p, scope, { ...plan, scored: true, newest: null }, limit);
   };
   const all = await run('AND', terms);
   if (all.length > 0 || terms.length <= 1) return all;
-  const absent = docs === null ? null : await termsAbsent(ctx.store, terms, counted);
+  const absent = await termsAbsent(ctx.store, terms, counted);
   const weak = absent === null || absent.size > 0;
   return Object.assign(await run('OR', terms), { weak, anyWord: true });
 }
