@@ -6,8 +6,8 @@ import * as m003 from './migrations/003_collaboration.js';
 import * as m004 from './migrations/004_retrieval.js';
 import * as m005 from './migrations/005_vectors.js';
 import * as m006 from './migrations/006_search_filters.js';
-import * as m008 from './migrations/008_agent_custody.js';
-import * as m009 from './migrations/009_account_attempts.js';
+import * as m007 from './migrations/007_agent_custody.js';
+import * as m008 from './migrations/008_account_attempts.js';
 
 interface Migration {
   name: string;
@@ -22,8 +22,8 @@ const MIGRATIONS: Migration[] = [
   { name: '004_retrieval', up: m004.up },
   { name: '005_vectors', up: m005.up },
   { name: '006_search_filters', up: m006.up },
-  { name: '008_agent_custody', up: m008.up },
-  { name: '009_account_attempts', up: m009.up },
+  { name: '007_agent_custody', up: m007.up },
+  { name: '008_account_attempts', up: m008.up },
 ];
 
 export async function migrate<T>(db: Kysely<T>, dialect: Dialect): Promise<string[]> {
