@@ -60,9 +60,15 @@ export function budgetOf(raw: string | undefined): number {
  * One user message: the data notice, then the bundle of the project (a Space or
  * space/folder, used as the bundle's scope) for an overview intent, within budget_tokens.
  */
-export async function runPrompt(ctx: CoreContext, call: Pick<McpCallContext, 'principal' | 'spendBundle'>, args: { project: string; budget_tokens?: string | undefined }): Promise<GetPromptResult> {
+export async function runPrompt(
+  ctx: CoreContext,
+  call: Pick<McpCallContext, 'principal' | 'spendBundle' | 'spendCall'>,
+  args: { project: string; budget_tokens?: string | undefined },
+): Promise<GetPromptResult> {
   const p = call.principal;
   try {
+    // Like a tool call: its own unit of the API bucket in a batch, and one of the bundle bucket.
+    await call.spendCall();
     await call.spendBundle();
     const project = args.project.trim().replace(/^\/+|\/+$/g, '');
     const bundle = await buildBundle(ctx, p, {

@@ -137,7 +137,12 @@ export function buildServer(ctx: CoreContext, shared: McpShared, log: FastifyBas
     'service://index',
     { description: 'JSON list of the Spaces you can read, with summaries', mimeType: 'application/json' },
     async (uri, extra) => {
-      const { principal } = callContext(extra);
+      const { principal, spendCall } = callContext(extra);
+      // A read in a batch spends its own unit, as a tool call does.
+      await spendCall().catch((e: unknown) => {
+        const { error } = asServiceError(e);
+        throw new McpError(-32000, `${error.code}: ${error.message}`);
+      });
       const spaces = (await listSpaces(ctx, principal)).map((s) => ({ id: s.id, name: s.name, summary: s.summary }));
       return { contents: [{ uri: uri.href, mimeType: 'application/json', text: JSON.stringify({ spaces }) }] };
     },

@@ -54,6 +54,18 @@ describe.each(testEngines())('trust: MCP batches and the data wrapper (%s)', (en
       expect(outcomes.filter((o) => o === 'rate_limited')).toHaveLength(2);
     });
 
+    it('resource reads in a batch spend a unit each too', async () => {
+      const h = await signupHuman(s.url, 'Rae');
+      const a = await createAgentWithKey(h.client, [{ action: 'read' }]);
+      const body = JSON.stringify(Array.from({ length: 7 }, (_, i) => ({ jsonrpc: '2.0', id: i + 1, method: 'resources/read', params: { uri: 'service://index' } })));
+      const res = await fetch(`${s.url}/mcp`, { method: 'POST', headers: { accept: ACCEPT, 'content-type': 'application/json', authorization: `Bearer ${a.key}` }, body });
+      const answers = (await res.json()) as { result?: unknown; error?: { message: string } }[];
+      expect(answers.filter((x) => x.result)).toHaveLength(5);
+      const refused = answers.filter((x) => x.error);
+      expect(refused).toHaveLength(2);
+      for (const r of refused) expect(r.error!.message).toMatch(/rate_limited: .*retry in/);
+    });
+
     it('a batch exactly the size of the bucket runs whole; one more call in it is refused', async () => {
       const h = await signupHuman(s.url, 'Sol');
       const a = await createAgentWithKey(h.client, [{ action: 'read' }]);
