@@ -54,7 +54,7 @@ const env = (port: number) => ({
  * Writes, keyword search and the bundle go on while the embeddings server is down; /readyz says
  * so; the backlog drains by itself when it is back.
  */
-async function outageScenario(c: Client, label: string, recover: () => Promise<void>, expectError: RegExp): Promise<void> {
+async function outageScenario(c: Client, label: string, recover: () => Promise<void>): Promise<void> {
   // Writes succeed although nothing can be embedded.
   const created: { id: string }[] = [];
   for (const [path, content] of [
@@ -78,7 +78,6 @@ async function outageScenario(c: Client, label: string, recover: () => Promise<v
   expect(degraded.embeddings.last_error).toBe('the embeddings provider failed; details are in the server log');
   expect(degraded.embeddings.last_error).not.toContain(API_KEY);
   expect(degraded.embeddings.last_error).not.toMatch(/127\.0\.0\.1|localhost|http/);
-  void expectError;
   expect(Number.isNaN(Date.parse(degraded.embeddings.last_error_at!))).toBe(false);
 
   // Search answers by keyword and says why; vector mode falls back the same way.
@@ -133,7 +132,7 @@ describe.each(testEngines())('embeddings outage (%s)', (engine) => {
     try {
       server = await startServerOn(tdb, env(fake.port));
       const c = (await signupHuman(server.url)).client;
-      await outageScenario(c, '500', async () => void (fake.state.mode = 'ok'), /500/);
+      await outageScenario(c, '500', async () => void (fake.state.mode = 'ok'));
       expect(fake.state.auth).toEqual(new Set([`Bearer ${API_KEY}`]));
       const sent = fake.state.inputs.join('\n');
       for (const t of ['copies warehouse tables nightly', 'Egret retries thrice', 'Ibis archives logs for a year', 'Stork delivers packages']) expect(sent).toContain(t);
@@ -163,7 +162,7 @@ describe.each(testEngines())('embeddings outage (%s)', (engine) => {
       const hung = await waitFor(c, 'degraded by timeout', (r) => r.embeddings.status === 'degraded', 8000);
       expect(hung.embeddings.last_error).toBe('the embeddings provider failed; details are in the server log');
       await fake.close();
-      await outageScenario(c, 'closed', recover, /ECONNREFUSED|timed out|failed/);
+      await outageScenario(c, 'closed', recover);
       expect(later!.state.inputs.join('\n')).toContain('first words');
     } finally {
       await server?.close();
