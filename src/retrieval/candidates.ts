@@ -5,6 +5,7 @@ import type { Action, Principal } from '../policy/principal.js';
 import { atOrBelow, isLevel, LEVELS, rank, type Level } from '../policy/sensitivity.js';
 import { hashTag, textHash, windowEmbedText } from './embed-text.js';
 import { fts5Match, pgTsQuery } from './keyword.js';
+import { hasKeywordIndex, keywordTable } from './keyword-index.js';
 import type { KeywordPlan } from './keyword-plan.js';
 
 /**
@@ -14,7 +15,7 @@ import type { KeywordPlan } from './keyword-plan.js';
  */
 const prefilter = (limit: number, scored: boolean) => (scored ? Math.max(400, 4 * limit) : Math.max(200, 2 * limit));
 /** bm25 weights: title 10, heading 4, text 1; lower is better, so scores are its negation. */
-const BM25 = sql`bm25(page_sections_fts, 10.0, 4.0, 1.0)`;
+const bm25 = (t: RawBuilder<unknown>) => sql`bm25(${t}, 10.0, 4.0, 1.0)`;
 
 /** Nearest rows looked up at most per vector query before filters give up. */
 const VECTOR_SCAN_CAP = 12_800;
@@ -122,9 +123,9 @@ function windowList(ctx: CoreContext, hits: { pageId: string; ord: number; last:
   return sql`(select json_extract(value, '$[0]') as page_id, json_extract(value, '$[1]') as ord, json_extract(value, '$[2]') as last from json_each(${json})) as j`;
 }
 
-/** More than `n` sections match (counting stops at n + 1, and scores nothing). */
-async function matchesMoreThan(ctx: CoreContext, match: string, n: number): Promise<boolean> {
-  const r = await sql<{ n: number }>`select count(*) as n from (select 1 from page_sections_fts where page_sections_fts match ${match} limit ${n + 1})`.execute(ctx.store.db);
+/** More than `n` sections of the workspace match (counting stops at n + 1, and scores nothing). */
+async function matchesMoreThan(ctx: CoreContext, fts: RawBuilder<unknown>, match: string, n: number): Promise<boolean> {
+  const r = await sql<{ n: number }>`select count(*) as n from (select 1 from ${fts} where ${fts} match ${match} limit ${n + 1})`.execute(ctx.store.db);
   return Number(r.rows[0]?.n ?? 0) > n;
 }
 
@@ -148,6 +149,9 @@ export async function keywordCandidates(ctx: CoreContext, p: Principal, scope: S
       limit ${limit}`.execute(db)
     ).rows;
   } else {
+    // The workspace's own index (keyword-index.ts): no other workspace's statistics weigh in.
+    if (!(await hasKeywordIndex(ctx.store, p.workspaceId))) return [];
+    const fts = keywordTable(p.workspaceId);
     // First the best matches from the index alone (prefilter), then the joins and filters on
     // those: a common word matches tens of thousands of sections, and joining them all before
     // the sort was most of a slow query. When the filters leave too few, the full query runs.
@@ -170,18 +174,15 @@ export async function keywordCandidates(ctx: CoreContext, p: Principal, scope: S
       ).rows;
     // The ranked matches: all scored by bm25, the newest `newest` scored, or (every word
     // common) the newest unscored; each cut to the prefilter. Ties and unscored rows go newest first.
-    const scoredAll = sql`select rowid as rid, ${BM25} as b from page_sections_fts where page_sections_fts match ${match} order by b, rowid desc`;
-    // The newest matches are the caller's workspace's newest (issue 11): across every workspace,
-    // another tenant's writing would crowd them out and change what this caller finds.
-    const mine = sql`exists (select 1 from page_sections m where m.id = page_sections_fts.rowid and m.workspace_id = ${p.workspaceId})`;
+    const scoredAll = sql`select rowid as rid, ${bm25(fts)} as b from ${fts} where ${fts} match ${match} order by b, rowid desc`;
     rows = await best(
       !plan.scored
-        ? sql`select rowid as rid, 0.0 as b from page_sections_fts where page_sections_fts match ${match} and ${mine} order by rowid desc limit ${prefilter(limit, false)}`
+        ? sql`select rowid as rid, 0.0 as b from ${fts} where ${fts} match ${match} order by rowid desc limit ${prefilter(limit, false)}`
         : plan.newest !== null
-          ? sql`select rid, b from (select rowid as rid, ${BM25} as b from page_sections_fts where page_sections_fts match ${match} and ${mine} order by rowid desc limit ${plan.newest}) order by b, rid desc limit ${prefilter(limit, true)}`
+          ? sql`select rid, b from (select rowid as rid, ${bm25(fts)} as b from ${fts} where ${fts} match ${match} order by rowid desc limit ${plan.newest}) order by b, rid desc limit ${prefilter(limit, true)}`
           : sql`${scoredAll} limit ${prefilter(limit, true)}`,
     );
-    if (rows.length < limit && plan.scored && plan.newest === null && (await matchesMoreThan(ctx, match, prefilter(limit, true)))) {
+    if (rows.length < limit && plan.scored && plan.newest === null && (await matchesMoreThan(ctx, fts, match, prefilter(limit, true)))) {
       // The filters left too few of the best matches, and there are more: rank every match that passes them.
       rows = await best(scoredAll);
     }

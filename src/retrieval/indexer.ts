@@ -6,6 +6,7 @@ import type { DB, PagesTable } from '../store/schema.js';
 import { afterCommitIfAny } from '../store/tx.js';
 import { chunkBody } from './chunking.js';
 import { wakeEmbedWorkers } from './embed-worker.js';
+import { clearKeywordIndexes, ensureKeywordIndex, indexSections, isSqlite, unindexSections } from './keyword-index.js';
 import { linkKey, pageKeys, pickTarget } from './links.js';
 
 type Exec = Kysely<DB> | Transaction<DB>;
@@ -23,6 +24,11 @@ async function insertBatched<T>(rows: T[], insert: (batch: T[]) => Promise<unkno
  */
 export async function indexPage(db: Exec, row: PagesTable): Promise<void> {
   const ws = row.workspace_id;
+  const sqlite = isSqlite(db);
+  if (sqlite) {
+    await ensureKeywordIndex(db, ws);
+    await unindexSections(db, ws, row.id);
+  }
   await db.deleteFrom('page_sections').where('page_id', '=', row.id).execute();
   await db.deleteFrom('page_links').where('source_id', '=', row.id).execute();
   await db.deleteFrom('page_keys').where('page_id', '=', row.id).execute();
@@ -64,6 +70,7 @@ export async function indexPage(db: Exec, row: PagesTable): Promise<void> {
       )
       .execute(),
   );
+  if (sqlite) await indexSections(db, ws, row.id);
 
   const tags = JSON.parse(row.tags) as string[];
   if (tags.length > 0) {
@@ -140,6 +147,7 @@ function linkLevels<L extends { target: string }>(body: string, links: L[]): (L 
 
 /** Indexes every live page (migration 004, and a rebuild after the chunker changes). */
 export async function reindexAll(db: Kysely<DB>): Promise<number> {
+  if (isSqlite(db)) await clearKeywordIndexes(db);
   const ids = await db.selectFrom('pages').select('id').where('deleted_at', 'is', null).orderBy('id').execute();
   for (const { id } of ids) {
     const row = await db.selectFrom('pages').selectAll().where('id', '=', id).executeTakeFirstOrThrow();

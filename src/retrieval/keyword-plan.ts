@@ -1,6 +1,8 @@
 import { sql } from 'kysely';
 import { stemmer } from 'stemmer';
+import { LEVELS } from '../policy/sensitivity.js';
 import type { Store } from '../store/db.js';
+import { hasKeywordIndex, keywordTable, vocabTable } from './keyword-index.js';
 
 /**
  * Planning a keyword query on SQLite so its cost stays bounded at any size.
@@ -72,20 +74,23 @@ export interface CountScope {
  * counting would mean a scan), for keywordPlan.
  *
  * Per workspace and per level (issue 11): the plan changes what a caller sees, so no other
- * workspace's pages and no page above the caller's levels may move it. A workspace's count is
- * never above the deployment's (fts5vocab, cheap and cached), and while every deployment count,
- * and their sum, is within SCORE_BUDGET the plan is the same whatever the exact counts (every
- * word kept, every match scored): those counts are returned as they are. Only past that are the
- * caller's own counts taken (capped past COMMON_DOCS, cached per workspace and levels), so the
- * decision always equals the one per-workspace counts give; only its cost differs.
+ * workspace's pages and no page above the caller's levels may move it. The workspace's counts
+ * come from its own index's vocabulary (cheap and cached); for a caller who sees every level
+ * they are the answer. For one who does not, they are an upper bound of the caller's own
+ * counts, and while every workspace count, and their sum, is within SCORE_BUDGET the plan is the
+ * same whatever the exact counts (every word kept, every match scored): those counts are
+ * returned as they are. Only past that are the caller's own counts taken (capped past
+ * COMMON_DOCS, cached per workspace and levels), so the decision always equals the one
+ * per-level counts give; only its cost differs.
  */
 export async function termDocCounts(store: Store, terms: string[], scope: CountScope, op: 'AND' | 'OR' = 'OR'): Promise<Map<string, number> | null> {
-  const all = await deploymentCounts(store, terms);
+  const all = await workspaceCounts(store, terms, scope.workspaceId);
   if (all === null) return null;
+  if (seesEveryLevel(scope)) return all;
   const counts = [...all.values()];
   const exact = async (some: string[]) => {
     // Past SCORE_BUDGET a count matters only as "common or not": count that far only when the
-    // deployment's count says it could be common.
+    // workspace's count says it could be common.
     const out = new Map<string, number>();
     for (const common of [false, true]) {
       const part = some.filter((t) => ((all.get(t) ?? 0) > COMMON_DOCS) === common);
@@ -101,7 +106,7 @@ export async function termDocCounts(store: Store, terms: string[], scope: CountS
     return new Map(terms.map((t) => [t, ex.get(t)!]));
   }
   // All words: only "common or not" (past COMMON_DOCS) and, when no word is within SCORE_BUDGET,
-  // the smallest count decide the plan. A word the deployment holds at most SCORE_BUDGET times
+  // the smallest count decide the plan. A word the workspace holds at most SCORE_BUDGET times
   // settles the second (the plan scores every match) and its own count needs no lookup.
   const settled = counts.some((n) => n <= SCORE_BUDGET);
   const need = terms.filter((t) => (all.get(t) ?? 0) > COMMON_DOCS || (!settled && (all.get(t) ?? 0) > 0));
@@ -113,11 +118,12 @@ export async function termDocCounts(store: Store, terms: string[], scope: CountS
 /**
  * The query terms that no section of the caller's workspace, at its levels, holds (the "weak"
  * fallback's test: a word the index does not know here is likely a misspelling). Per workspace
- * and per level, like the plan; a word no section of the deployment holds needs no lookup.
+ * and per level, like the plan; a word no section of the workspace holds needs no lookup.
  */
 export async function termsAbsent(store: Store, terms: string[], scope: CountScope): Promise<Set<string> | null> {
-  const all = await deploymentCounts(store, terms);
+  const all = await workspaceCounts(store, terms, scope.workspaceId);
   if (all === null) return null;
+  if (seesEveryLevel(scope)) return new Set(terms.filter((t) => (all.get(t) ?? 0) === 0));
   const present = terms.filter((t) => (all.get(t) ?? 0) > 0);
   const here = await scopeCounts(store, present, scope, 1);
   return new Set(terms.filter((t) => (here.get(t) ?? 0) === 0));
@@ -129,6 +135,7 @@ async function scopeCounts(store: Store, terms: string[], scope: CountScope, cap
   if (!cache) countCaches.set(store, (cache = new Map()));
   const now = Date.now();
   const stems = terms.map(indexStem);
+  const fts = keywordTable(scope.workspaceId);
   const prefix = `${scope.workspaceId}|${[...scope.levels].sort().join(',')}|${cap}|`;
   const counts = new Map<string, number>();
   for (const [i, s] of stems.entries()) {
@@ -145,8 +152,8 @@ async function scopeCounts(store: Store, terms: string[], scope: CountScope, cap
     const n = Number(
       (
         await sql<{ n: number }>`select count(*) as n from (
-          select 1 from page_sections_fts f cross join page_sections s cross join pages p
-          where f.page_sections_fts match ${match} and s.id = f.rowid and s.workspace_id = ${scope.workspaceId}
+          select 1 from ${fts} f cross join page_sections s cross join pages p
+          where f.${fts} match ${match} and s.id = f.rowid
             and p.id = s.page_id and p.sensitivity in (${sql.join(levels)}) and (s.block_level is null or s.block_level in (${sql.join(levels)}))
           limit ${cap})`.execute(store.db)
       ).rows[0]?.n ?? 0,
@@ -166,12 +173,15 @@ function trimCache(cache: Map<string, { n: number; at: number }>, now: number): 
   if (cache.size >= COUNT_CACHE_MAX) cache.clear();
 }
 
+function seesEveryLevel(scope: CountScope): boolean {
+  return LEVELS.every((l) => scope.levels.includes(l));
+}
+
 /**
- * How many sections of the whole deployment hold each term (fts5vocab reads the word's whole
- * list: milliseconds for a common word, so those counts are cached). Never shown and never a
- * decision on its own: only an upper bound of the caller's own counts.
+ * How many sections of the workspace hold each term (its index's fts5vocab reads the word's
+ * whole list: milliseconds for a common word, so those counts are cached).
  */
-async function deploymentCounts(store: Store, terms: string[]): Promise<Map<string, number> | null> {
+async function workspaceCounts(store: Store, terms: string[], workspaceId: string): Promise<Map<string, number> | null> {
   if (store.dialect !== 'sqlite') return null;
   let cache = countCaches.get(store);
   if (!cache) countCaches.set(store, (cache = new Map()));
@@ -180,18 +190,20 @@ async function deploymentCounts(store: Store, terms: string[]): Promise<Map<stri
   const counts = new Map<string, number>();
   const missing: string[] = [];
   for (const s of new Set(stems)) {
-    const c = cache.get(`*|${s}`);
+    const c = cache.get(`${workspaceId}|*|${s}`);
     if (c && now - c.at <= COUNT_TTL_MS) counts.set(s, c.n);
     else missing.push(s);
   }
   if (missing.length > 0) {
-    const rows = (await sql<{ term: string; doc: number }>`select term, doc from page_sections_vocab where term in (${sql.join(missing)})`.execute(store.db)).rows;
+    const rows = (await hasKeywordIndex(store, workspaceId))
+      ? (await sql<{ term: string; doc: number }>`select term, doc from ${vocabTable(workspaceId)} where term in (${sql.join(missing)})`.execute(store.db)).rows
+      : [];
     const found = new Map(rows.map((r) => [r.term, Number(r.doc)]));
     trimCache(cache, now);
     for (const s of missing) {
       const n = found.get(s) ?? 0;
       counts.set(s, n);
-      if (n >= CACHE_FROM) cache.set(`*|${s}`, { n, at: now });
+      if (n >= CACHE_FROM) cache.set(`${workspaceId}|*|${s}`, { n, at: now });
     }
   }
   return new Map(terms.map((t, i) => [t, counts.get(stems[i]!)!]));

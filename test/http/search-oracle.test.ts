@@ -84,6 +84,26 @@ describe.each(testEngines())('trust: search is no oracle (%s)', (engine) => {
     await mcp.close();
   });
 
+  it("another workspace writing a word does not change the order of this workspace's keyword results", async () => {
+    // Two pages hold both words, each one of them four times. While `vorpalite` is the rarer
+    // word here, the page heavy in it leads. Workspace B then writes `vorpalite` into many pages:
+    // weighed over the whole deployment it would become the common word and the order would flip.
+    const pages: [string, string][] = [
+      ['order/heavy-vorpal.md', '# One\n\nvorpalite vorpalite vorpalite vorpalite brimstave.\n'],
+      ['order/heavy-brim.md', '# Two\n\nbrimstave brimstave brimstave brimstave vorpalite.\n'],
+    ];
+    for (let i = 0; i < 4; i++) pages.push([`order/brim-${i}.md`, `# Filler ${i}\n\nbrimstave alone in note ${i}.\n`]);
+    for (let i = 0; i < 8; i++) pages.push([`order/plain-${i}.md`, `# Plain ${i}\n\nnothing of either word in note ${i}.\n`]);
+    for (const [path, content] of pages) expect((await a.post('/api/v1/nodes', { path, content })).status).toBe(201);
+    const order = async () => (await a.get('/api/v1/search?q=vorpalite%20brimstave&mode=fts&limit=10')).body.results.map((h: { path: string }) => h.path);
+    const before = await order();
+    expect(before.slice(0, 2)).toEqual(['order/heavy-vorpal.md', 'order/heavy-brim.md']);
+    for (let i = 0; i < 40; i++) {
+      expect((await b.post('/api/v1/nodes', { path: `other/v${i}.md`, content: `# Other ${i}\n\nvorpalite ${i}.\n` })).status).toBe(201);
+    }
+    expect(await order()).toEqual(before);
+  });
+
   it("a viewer's scores do not move when pages above its ceiling hold the query's words", async () => {
     // A word in one page the viewer may read; then three secret pages get it too.
     expect((await a.post('/api/v1/nodes', { path: 'notes/moon.md', content: '# Moon\n\nThe moonquill blooms at night, far from the harbor.\n' })).status).toBe(201);

@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { reindexAll } from '../../src/retrieval/indexer.js';
 import { openStore } from '../../src/store/db.js';
@@ -339,6 +340,54 @@ describe.each(testEngines())('search index across a restart (%s)', (engine) => {
         expect(r.body.results.map((x: Hit) => x.path)).toEqual(['eng/restart/wombat.md']);
         const b = await c.get(`/api/v1/nodes/${other.body.id}/backlinks`);
         expect(b.body.backlinks.map((x: Hit) => x.path)).toEqual(['eng/restart/wombat.md']);
+      } finally {
+        await second.close();
+      }
+    } finally {
+      await tdb.cleanup();
+    }
+  });
+});
+
+describe('keyword index upgrade to one table per workspace (sqlite)', () => {
+  it('migration 009 moves a deployment-wide index to per-workspace tables, and search finds the same', async () => {
+    const tdb = await createTestDatabase('sqlite');
+    try {
+      const first = await startServerOn(tdb);
+      const h = await signupHuman(first.url);
+      const other = await signupHuman(first.url, 'Other');
+      expect((await h.client.post('/api/v1/nodes', { path: 'eng/up/quokka.md', content: '# Quokka\n\nquokka smiles.\n' })).status).toBe(201);
+      expect((await other.client.post('/api/v1/nodes', { path: 'eng/up/quokka.md', content: '# Quokka too\n\nquokka elsewhere.\n' })).status).toBe(201);
+      await first.close();
+
+      // Put the database back as it was before migration 009: one FTS5 table for every
+      // workspace, kept by triggers (migrations 004 and 005).
+      const store = await openStore({ dataDir: tdb.dataDir });
+      const db = store.db;
+      const kw = (await sql<{ name: string }>`select name from sqlite_master where type = 'table' and name like 'kw%' and sql like 'CREATE VIRTUAL%'`.execute(db)).rows;
+      expect(kw.length).toBeGreaterThanOrEqual(4);
+      for (const t of kw) await sql`drop table ${sql.table(t.name)}`.execute(db);
+      await sql`create virtual table page_sections_fts using fts5(title, heading, text, content='page_sections', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2')`.execute(db);
+      await sql`create trigger page_sections_ai after insert on page_sections begin insert into page_sections_fts(rowid, title, heading, text) values (new.id, new.title, new.heading, new.text); end`.execute(db);
+      await sql`create virtual table page_sections_vocab using fts5vocab(page_sections_fts, 'row')`.execute(db);
+      await sql`insert into page_sections_fts(page_sections_fts) values ('rebuild')`.execute(db);
+      await sql`delete from schema_migrations where name = '009_keyword_per_workspace'`.execute(db);
+      await store.close();
+
+      const second = await startServerOn(tdb);
+      try {
+        const c = new Client(second.url);
+        c.cookies = h.client.cookies;
+        const r = await c.get('/api/v1/search?q=quokka&mode=fts');
+        expect(r.status, r.text).toBe(200);
+        expect(r.body.results.map((x: Hit) => x.title)).toEqual(['Quokka']);
+        // The old table and its trigger are gone: a new page is indexed, in its own workspace only.
+        expect((await c.post('/api/v1/nodes', { path: 'eng/up/later.md', content: '# Later\n\nquokka again.\n' })).status).toBe(201);
+        expect((await c.get('/api/v1/search?q=quokka&mode=fts')).body.results.map((x: Hit) => x.title).sort()).toEqual(['Later', 'Quokka']);
+        const left = await openStore({ dataDir: tdb.dataDir });
+        const names = (await sql<{ name: string }>`select name from sqlite_master where name like 'page_sections_%'`.execute(left.db)).rows.map((x) => x.name);
+        await left.close();
+        expect(names.filter((n) => n.startsWith('page_sections_fts') || n === 'page_sections_vocab' || n === 'page_sections_ai')).toEqual([]);
       } finally {
         await second.close();
       }
