@@ -70,7 +70,7 @@ export async function indexPage(db: Exec, row: PagesTable): Promise<void> {
       )
       .execute(),
   );
-  if (sqlite) await indexSections(db, ws, row.id);
+  if (sqlite) await indexSections(db, ws, row.id, row.sensitivity);
 
   const tags = JSON.parse(row.tags) as string[];
   if (tags.length > 0) {

@@ -10,6 +10,11 @@ import type { Executor, Store } from '../store/db.js';
  * A table per workspace keeps every statistic inside the workspace. The tables are contentless
  * (rows are read from page_sections by id) with `contentless_delete`, so the indexer removes a
  * page's rows by id alone. PostgreSQL needs none of this: ts_rank_cd uses no corpus statistics.
+ *
+ * Beside it, a smaller table holds only the sections above public, each in the column of its
+ * level (the higher of its page's sensitivity and its block's): its `col` vocabulary tells how
+ * many sections at each level hold a word, so a caller's own count (every section minus those
+ * above its ceiling) is two vocabulary lookups, never a count over the matches.
  */
 
 /** A workspace id as part of an SQL name: ids are `ws_` and a ULID; anything else is hex-encoded. */
@@ -25,6 +30,18 @@ export function keywordTable(workspaceId: string): RawBuilder<unknown> {
 /** Its fts5vocab table (rows: term, doc = sections holding the term, cnt). */
 export function vocabTable(workspaceId: string): RawBuilder<unknown> {
   return sql.table(`kwv_${suffix(workspaceId)}`);
+}
+
+/** The levels above public, in order: the columns of the level table. */
+export const RAISED_LEVELS = ['internal', 'confidential', 'secret'] as const;
+
+/** The fts5vocab (`col`) table of the sections above public: term, col = level, doc. */
+export function levelVocabTable(workspaceId: string): RawBuilder<unknown> {
+  return sql.table(`kwlv_${suffix(workspaceId)}`);
+}
+
+function levelTable(workspaceId: string): RawBuilder<unknown> {
+  return sql.table(`kwl_${suffix(workspaceId)}`);
 }
 
 export function isSqlite(db: Executor): boolean {
@@ -53,17 +70,39 @@ export async function ensureKeywordIndex(db: Executor, workspaceId: string): Pro
     tokenize='porter unicode61 remove_diacritics 2'
   )`.execute(db);
   await sql`create virtual table if not exists ${vocabTable(workspaceId)} using fts5vocab(${t}, 'row')`.execute(db);
+  const l = levelTable(workspaceId);
+  await sql`create virtual table if not exists ${l} using fts5(
+    internal, confidential, secret,
+    content='', contentless_delete=1,
+    tokenize='porter unicode61 remove_diacritics 2'
+  )`.execute(db);
+  await sql`create virtual table if not exists ${levelVocabTable(workspaceId)} using fts5vocab(${l}, 'col')`.execute(db);
 }
 
 /** Drops a page's sections from the index: call before its page_sections rows are deleted. */
 export async function unindexSections(db: Executor, workspaceId: string, pageId: string): Promise<void> {
   await sql`delete from ${keywordTable(workspaceId)} where rowid in (select id from page_sections where page_id = ${pageId})`.execute(db);
+  await sql`delete from ${levelTable(workspaceId)} where rowid in (select id from page_sections where page_id = ${pageId})`.execute(db);
 }
 
-/** Adds a page's sections to the index: call after its page_sections rows are written. */
-export async function indexSections(db: Executor, workspaceId: string, pageId: string): Promise<void> {
+/**
+ * Adds a page's sections to the index: call after its page_sections rows are written, with the
+ * page's sensitivity (an unknown level counts as secret, as search judges it).
+ */
+export async function indexSections(db: Executor, workspaceId: string, pageId: string, sensitivity: string): Promise<void> {
   await sql`insert into ${keywordTable(workspaceId)} (rowid, title, heading, text)
     select id, title, heading, text from page_sections where page_id = ${pageId}`.execute(db);
+  const sens = (RAISED_LEVELS as readonly string[]).includes(sensitivity) || sensitivity === 'public' ? sensitivity : 'secret';
+  // A section's level: the higher of the page's and its block's (an unknown block level is secret).
+  const lvl = sql`case
+    when ${sens} = 'secret' or coalesce(block_level, 'public') not in ('public', 'internal', 'confidential') then 'secret'
+    when ${sens} = 'confidential' or block_level = 'confidential' then 'confidential'
+    when ${sens} = 'internal' or block_level = 'internal' then 'internal'
+    else 'public' end`;
+  await sql`insert into ${levelTable(workspaceId)} (rowid, internal, confidential, secret)
+    select id, iif(lvl = 'internal', words, null), iif(lvl = 'confidential', words, null), iif(lvl = 'secret', words, null)
+    from (select id, ${lvl} as lvl, title || ' ' || heading || ' ' || text as words from page_sections where page_id = ${pageId})
+    where lvl <> 'public'`.execute(db);
 }
 
 /** Empties every workspace's index (before a full rebuild from the pages). */
@@ -71,7 +110,6 @@ export async function clearKeywordIndexes(db: Executor): Promise<void> {
   const ws = await db.selectFrom('workspaces').select('id').execute();
   for (const { id } of ws) {
     await ensureKeywordIndex(db, id);
-    const t = keywordTable(id);
-    await sql`insert into ${t} (${t}) values ('delete-all')`.execute(db);
+    for (const t of [keywordTable(id), levelTable(id)]) await sql`insert into ${t} (${t}) values ('delete-all')`.execute(db);
   }
 }

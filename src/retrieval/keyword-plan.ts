@@ -1,8 +1,7 @@
 import { sql } from 'kysely';
 import { stemmer } from 'stemmer';
-import { LEVELS } from '../policy/sensitivity.js';
 import type { Store } from '../store/db.js';
-import { hasKeywordIndex, keywordTable, vocabTable } from './keyword-index.js';
+import { hasKeywordIndex, levelVocabTable, RAISED_LEVELS, vocabTable } from './keyword-index.js';
 
 /**
  * Planning a keyword query on SQLite so its cost stays bounded at any size.
@@ -55,13 +54,19 @@ export function keywordPlan(terms: string[], op: 'AND' | 'OR', docs: Map<string,
   return { terms: keep, op, scored: true, newest: keep.reduce((n, t) => n + count(t), 0) > SCORE_BUDGET ? SCORE_BUDGET : null };
 }
 
-/** Counts change slowly and only steer plans: each is reused for this long. */
+/** Counts change slowly and only steer plans: a common word's are reused for this long. */
 const COUNT_TTL_MS = 10 * 60_000;
 const COUNT_CACHE_MAX = 20_000;
+/** Reading a word's counts costs about its list's length: cached from this many sections up. */
 const CACHE_FROM = 1_000;
-/** How long a small per-workspace count is reused (the fallback asks for several per query). */
-const RARE_TTL_MS = 30_000;
-const countCaches = new WeakMap<Store, Map<string, { n: number; at: number }>>();
+
+/** Sections of one workspace holding a word: all of them, and those at each level above public. */
+interface LevelCounts {
+  all: number;
+  raised: Record<(typeof RAISED_LEVELS)[number], number>;
+  at: number;
+}
+const countCaches = new WeakMap<Store, Map<string, LevelCounts>>();
 
 /** Whose sections a count covers: one workspace, at the levels the caller may see there. */
 export interface CountScope {
@@ -70,140 +75,60 @@ export interface CountScope {
 }
 
 /**
- * How many sections hold each query term, as far as planning can tell (null on PostgreSQL, where
- * counting would mean a scan), for keywordPlan.
+ * How many sections the caller may see hold each query term (null on PostgreSQL, where counting
+ * would mean a scan), for keywordPlan.
  *
  * Per workspace and per level (issue 11): the plan changes what a caller sees, so no other
- * workspace's pages and no page above the caller's levels may move it. The workspace's counts
- * come from its own index's vocabulary (cheap and cached); for a caller who sees every level
- * they are the answer. For one who does not, they are an upper bound of the caller's own
- * counts, and while every workspace count, and their sum, is within SCORE_BUDGET the plan is the
- * same whatever the exact counts (every word kept, every match scored): those counts are
- * returned as they are. Only past that are the caller's own counts taken (capped past
- * COMMON_DOCS, cached per workspace and levels), so the decision always equals the one
- * per-level counts give; only its cost differs.
+ * workspace's pages and no page above the caller's levels may move it. Every count is the
+ * workspace's (its own index's vocabulary) minus the sections above the caller's levels that
+ * hold the word (the level index's vocabulary, keyword-index.ts): exact, and two lookups.
  */
-export async function termDocCounts(store: Store, terms: string[], scope: CountScope, op: 'AND' | 'OR' = 'OR'): Promise<Map<string, number> | null> {
-  const all = await workspaceCounts(store, terms, scope.workspaceId);
-  if (all === null) return null;
-  if (seesEveryLevel(scope)) return all;
-  const counts = [...all.values()];
-  const exact = async (some: string[]) => {
-    // Past SCORE_BUDGET a count matters only as "common or not": count that far only when the
-    // workspace's count says it could be common.
-    const out = new Map<string, number>();
-    for (const common of [false, true]) {
-      const part = some.filter((t) => ((all.get(t) ?? 0) > COMMON_DOCS) === common);
-      if (part.length > 0) for (const [t, n] of await scopeCounts(store, part, scope, common ? COMMON_DOCS + 1 : SCORE_BUDGET + 1)) out.set(t, n);
-    }
-    return out;
-  };
-  if (op === 'OR') {
-    // Any word: the rarest are kept while their sum is within SCORE_BUDGET, so past it the order
-    // of the exact counts decides.
-    if (counts.every((n) => n <= SCORE_BUDGET) && counts.reduce((a, b) => a + b, 0) <= SCORE_BUDGET) return all;
-    const ex = await exact(terms);
-    return new Map(terms.map((t) => [t, ex.get(t)!]));
-  }
-  // All words: only "common or not" (past COMMON_DOCS) and, when no word is within SCORE_BUDGET,
-  // the smallest count decide the plan. A word the workspace holds at most SCORE_BUDGET times
-  // settles the second (the plan scores every match) and its own count needs no lookup.
-  const settled = counts.some((n) => n <= SCORE_BUDGET);
-  const need = terms.filter((t) => (all.get(t) ?? 0) > COMMON_DOCS || (!settled && (all.get(t) ?? 0) > 0));
-  if (need.length === 0) return all;
-  const ex = await exact(need);
-  return new Map(terms.map((t) => [t, ex.get(t) ?? all.get(t)!]));
+export async function termDocCounts(store: Store, terms: string[], scope: CountScope): Promise<Map<string, number> | null> {
+  const counts = await levelCounts(store, terms, scope.workspaceId);
+  if (counts === null) return null;
+  return new Map(terms.map((t) => [t, visibleCount(counts.get(t)!, scope)]));
 }
 
-/**
- * The query terms that no section of the caller's workspace, at its levels, holds (the "weak"
- * fallback's test: a word the index does not know here is likely a misspelling). Per workspace
- * and per level, like the plan; a word no section of the workspace holds needs no lookup.
- */
-export async function termsAbsent(store: Store, terms: string[], scope: CountScope): Promise<Set<string> | null> {
-  const all = await workspaceCounts(store, terms, scope.workspaceId);
-  if (all === null) return null;
-  if (seesEveryLevel(scope)) return new Set(terms.filter((t) => (all.get(t) ?? 0) === 0));
-  const present = terms.filter((t) => (all.get(t) ?? 0) > 0);
-  const here = await scopeCounts(store, present, scope, 1);
-  return new Set(terms.filter((t) => (here.get(t) ?? 0) === 0));
+function visibleCount(c: LevelCounts, scope: CountScope): number {
+  return RAISED_LEVELS.reduce((n, l) => (scope.levels.includes(l) ? n : n - c.raised[l]), c.all);
 }
 
-/** Sections of the workspace, at the levels, holding each term; counting stops at `cap`. */
-async function scopeCounts(store: Store, terms: string[], scope: CountScope, cap: number): Promise<Map<string, number>> {
-  let cache = countCaches.get(store);
-  if (!cache) countCaches.set(store, (cache = new Map()));
-  const now = Date.now();
-  const stems = terms.map(indexStem);
-  const fts = keywordTable(scope.workspaceId);
-  const prefix = `${scope.workspaceId}|${[...scope.levels].sort().join(',')}|${cap}|`;
-  const counts = new Map<string, number>();
-  for (const [i, s] of stems.entries()) {
-    if (counts.has(s)) continue;
-    const c = cache.get(prefix + s);
-    if (c && now - c.at <= COUNT_TTL_MS) {
-      counts.set(s, c.n);
-      continue;
-    }
-    // The word as the user typed it, as one FTS5 phrase: the index's tokenizer folds and stems it
-    // exactly as it did the text (stemming a stem again may not give the stem back).
-    const match = `"${terms[i]!.replaceAll('"', '""')}"`;
-    const levels = [...scope.levels];
-    const n = Number(
-      (
-        await sql<{ n: number }>`select count(*) as n from (
-          select 1 from ${fts} f cross join page_sections s cross join pages p
-          where f.${fts} match ${match} and s.id = f.rowid
-            and p.id = s.page_id and p.sensitivity in (${sql.join(levels)}) and (s.block_level is null or s.block_level in (${sql.join(levels)}))
-          limit ${cap})`.execute(store.db)
-      ).rows[0]?.n ?? 0,
-    );
-    counts.set(s, n);
-    trimCache(cache, now);
-    // Costly counts are kept for COUNT_TTL_MS, smaller ones briefly (RARE_TTL_MS), a word absent
-    // here not at all, so a new word counts at once. A stale count only steers a plan.
-    if (n > 0) cache.set(prefix + s, { n, at: n >= CACHE_FROM ? now : now - COUNT_TTL_MS + RARE_TTL_MS });
-  }
-  return new Map(terms.map((t, i) => [t, counts.get(stems[i]!)!]));
-}
-
-function trimCache(cache: Map<string, { n: number; at: number }>, now: number): void {
-  if (cache.size < COUNT_CACHE_MAX) return;
-  for (const [k, c] of cache) if (now - c.at > COUNT_TTL_MS) cache.delete(k);
-  if (cache.size >= COUNT_CACHE_MAX) cache.clear();
-}
-
-function seesEveryLevel(scope: CountScope): boolean {
-  return LEVELS.every((l) => scope.levels.includes(l));
-}
-
-/**
- * How many sections of the workspace hold each term (its index's fts5vocab reads the word's
- * whole list: milliseconds for a common word, so those counts are cached).
- */
-async function workspaceCounts(store: Store, terms: string[], workspaceId: string): Promise<Map<string, number> | null> {
+/** Each term's section counts in the workspace, by the index's stem (cached for common words). */
+async function levelCounts(store: Store, terms: string[], workspaceId: string): Promise<Map<string, LevelCounts> | null> {
   if (store.dialect !== 'sqlite') return null;
   let cache = countCaches.get(store);
   if (!cache) countCaches.set(store, (cache = new Map()));
   const now = Date.now();
   const stems = terms.map(indexStem);
-  const counts = new Map<string, number>();
+  const counts = new Map<string, LevelCounts>();
   const missing: string[] = [];
   for (const s of new Set(stems)) {
-    const c = cache.get(`${workspaceId}|*|${s}`);
-    if (c && now - c.at <= COUNT_TTL_MS) counts.set(s, c.n);
+    const c = cache.get(`${workspaceId}|${s}`);
+    if (c && now - c.at <= COUNT_TTL_MS) counts.set(s, c);
     else missing.push(s);
   }
   if (missing.length > 0) {
     const rows = (await hasKeywordIndex(store, workspaceId))
-      ? (await sql<{ term: string; doc: number }>`select term, doc from ${vocabTable(workspaceId)} where term in (${sql.join(missing)})`.execute(store.db)).rows
+      ? (
+          await sql<{ term: string; col: string; doc: number }>`
+          select term, '*' as col, doc from ${vocabTable(workspaceId)} where term in (${sql.join(missing)})
+          union all
+          select term, col, doc from ${levelVocabTable(workspaceId)} where term in (${sql.join(missing)})`.execute(store.db)
+        ).rows
       : [];
-    const found = new Map(rows.map((r) => [r.term, Number(r.doc)]));
-    trimCache(cache, now);
+    if (cache.size >= COUNT_CACHE_MAX) {
+      for (const [k, c] of cache) if (now - c.at > COUNT_TTL_MS) cache.delete(k);
+      if (cache.size >= COUNT_CACHE_MAX) cache.clear();
+    }
     for (const s of missing) {
-      const n = found.get(s) ?? 0;
-      counts.set(s, n);
-      if (n >= CACHE_FROM) cache.set(`${workspaceId}|*|${s}`, { n, at: now });
+      const c: LevelCounts = { all: 0, raised: { internal: 0, confidential: 0, secret: 0 }, at: now };
+      counts.set(s, c);
+      for (const r of rows) {
+        if (r.term !== s) continue;
+        if (r.col === '*') c.all = Number(r.doc);
+        else if ((RAISED_LEVELS as readonly string[]).includes(r.col)) c.raised[r.col as (typeof RAISED_LEVELS)[number]] = Number(r.doc);
+      }
+      if (c.all >= CACHE_FROM) cache.set(`${workspaceId}|${s}`, c);
     }
   }
   return new Map(terms.map((t, i) => [t, counts.get(stems[i]!)!]));

@@ -4,7 +4,7 @@ import { hasActionWithin } from '../policy/access.js';
 import type { Principal } from '../policy/principal.js';
 import { keywordCandidates, vectorCandidates, widestCeiling, type Candidate, type Scope } from './candidates.js';
 import { atOrBelow, LEVELS } from '../policy/sensitivity.js';
-import { keywordPlan, termDocCounts, termsAbsent } from './keyword-plan.js';
+import { keywordPlan, termDocCounts } from './keyword-plan.js';
 import { EmbeddingUnavailableError } from './embeddings/provider.js';
 import { boostAndSort, fuse, VECTOR_FLOOR, type Fused } from './hybrid.js';
 import { queryTerms } from './keyword.js';
@@ -88,16 +88,18 @@ function byPage(list: Candidate[]): Candidate[] {
 export async function keywordList(ctx: CoreContext, p: Principal, scope: Scope, terms: string[], limit = CANDIDATES): Promise<KeywordList> {
   if (terms.length === 0) return [];
   const counted = { workspaceId: p.workspaceId, levels: LEVELS.filter((l) => atOrBelow(l, widestCeiling(p, scope.action) ?? 'public')) };
+  // One count per word serves every plan and the "weak" test below.
+  const docs = await termDocCounts(ctx.store, terms, counted);
   const run = async (op: 'AND' | 'OR', words: string[]) => {
-    const plan = keywordPlan(words, op, await termDocCounts(ctx.store, words, counted, op));
+    const plan = keywordPlan(words, op, docs);
     const list = await keywordCandidates(ctx, p, scope, plan, limit);
     if ((plan.scored && plan.newest === null) || list.length >= Math.min(limit, BOUNDED_MIN)) return list;
     return keywordCandidates(ctx, p, scope, { ...plan, scored: true, newest: null }, limit);
   };
   const all = await run('AND', terms);
   if (all.length > 0 || terms.length <= 1) return all;
-  const absent = await termsAbsent(ctx.store, terms, counted);
-  const weak = absent === null || absent.size > 0;
+  // A word the index does not know here is likely a misspelling (PostgreSQL has no cheap counts: any fallback is weak).
+  const weak = docs === null || terms.some((t) => docs.get(t) === 0);
   return Object.assign(await run('OR', terms), { weak, anyWord: true });
 }
 

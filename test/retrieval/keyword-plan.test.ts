@@ -157,6 +157,25 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
     expect(await termDocCounts(s.ctx.store, ['café', 'cafe', 'crème', 'brûlée'], counted())).toEqual(new Map([['café', 1], ['cafe', 1], ['crème', 1], ['brûlée', 1]]));
   });
 
+  it('termDocCounts counts only the sections at the levels asked for, also after a page changes level', async () => {
+    if (!sqlite) return;
+    // glimmerhorn: one public section, one in a confidential block of a public page, one secret page.
+    await write({ path: 'lv/open.md', title: 'Open', body: 'A glimmerhorn in the open.\n', sensitivity: 'public' });
+    await write({ path: 'lv/block.md', title: 'Block', body: 'Plain words.\n\n::: confidential\nA glimmerhorn kept back.\n:::\n', sensitivity: 'public' });
+    await write({ path: 'lv/vault.md', title: 'Vault', body: 'The glimmerhorn of the vault.\n', sensitivity: 'secret' });
+    const at = async (levels: readonly string[]) => (await termDocCounts(s.ctx.store, ['glimmerhorn'], { workspaceId: human.workspaceId, levels }))!.get('glimmerhorn');
+    expect(await at(['public'])).toBe(1);
+    expect(await at(['public', 'internal'])).toBe(1);
+    expect(await at(['public', 'internal', 'confidential'])).toBe(2);
+    expect(await at(LEVELS)).toBe(3);
+    // The secret page is lowered to internal: an internal reader now counts it.
+    const page = await owner.get(`/api/v1/nodes/${encodeURIComponent('lv/vault.md')}`);
+    const put = await owner.put(`/api/v1/nodes/${page.body.id}`, { content: '---\ntitle: Vault\nsensitivity: internal\n---\nThe glimmerhorn of the vault.\n' });
+    expect(put.status, put.text).toBe(200);
+    expect(await at(['public', 'internal'])).toBe(2);
+    expect(await at(['public'])).toBe(1);
+  });
+
   it('an unscored plan returns the sections holding every word, newest first', async () => {
     // The oldest page holds the words most and in its title: bm25 would rank it first.
     await write({ path: 'un/u1.md', title: 'Vexilla quorbit', body: 'vexilla quorbit vexilla quorbit vexilla quorbit.\n' });
