@@ -7,7 +7,9 @@ import fs from 'node:fs';
 import { deflateSync } from 'node:zlib';
 import { sql } from 'kysely';
 import { MAIN_REF } from '../src/core/pages/commit.js';
-import { encodeTree, MAX_DELTA_DEPTH, ObjectStore, REBASE_MAX_RATIO } from '../src/store/git-objects.js';
+import { encodeTree } from '../src/store/git/codec.js';
+import { ObjectStore } from '../src/store/git/object-store.js';
+import { MAX_DELTA_DEPTH, REBASE_MAX_RATIO } from '../src/store/git/tree-deltas.js';
 import { coreUpdate, FOLDER, randomPage, type Fixture } from './writes.js';
 import { log, percentile, round } from './util.js';
 

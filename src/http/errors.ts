@@ -1,13 +1,13 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
-import { isServiceError, ServiceError } from '../core/errors.js';
+import { frameworkError, isServiceError, ServiceError, type ErrorCode } from '../core/errors.js';
 
 /** The REST error body: `{ error: { code, message }, code }` plus any details the error carries. */
 export function errorBody(e: ServiceError): Record<string, unknown> {
   return { error: { code: e.code, message: e.message }, code: e.code, ...(e.details ?? {}) };
 }
 
-const BY_STATUS: Record<number, string> = {
+const BY_STATUS: Record<number, ErrorCode> = {
   400: 'invalid_request',
   401: 'unauthorized',
   403: 'forbidden',
@@ -37,7 +37,7 @@ export function toServiceError(err: unknown, req: FastifyRequest): ServiceError 
       return new ServiceError(400, 'invalid_json', `The request body is not valid JSON: ${fe.message ?? ''}`.trim());
     }
     if (fe.code === 'FST_ERR_CTP_BODY_TOO_LARGE') return new ServiceError(413, 'payload_too_large', 'The request body is too large');
-    return new ServiceError(status, BY_STATUS[status] ?? 'invalid_request', fe.message ?? 'Bad request');
+    return frameworkError(status, BY_STATUS[status] ?? 'invalid_request', fe.message ?? 'Bad request');
   }
   req.log.error({ err }, 'unhandled error');
   return new ServiceError(500, 'internal_error', 'Something went wrong on our side; it has been logged');

@@ -10,16 +10,17 @@ import { readPage } from '../core/pages/read.js';
 import type { PageRecord } from '../core/pages/record.js';
 import { writePageAt } from '../core/pages/upsert.js';
 import { archivePage, restorePage, type PublicOutcome } from '../core/pages/write.js';
+import { describeCaller } from '../core/identity.js';
 import { listPrincipals } from '../core/principals.js';
 import { createPatchProposal } from '../core/proposals/patch.js';
 import { createProposal } from '../core/proposals/service.js';
 import { listSpaces, spaceTree } from '../core/spaces.js';
 import { MAX_BODY_CHARS, MAX_MENTIONS, postMessage, THREAD_KINDS } from '../core/threads.js';
-import { baseCeiling } from '../policy/access.js';
 import type { Action, Principal } from '../policy/principal.js';
 import { BUNDLE_DEFAULT_TOKENS, BUNDLE_MAX_TOKENS, BUNDLE_MIN_TOKENS, buildBundle } from '../retrieval/bundle.js';
 import { relatedPages } from '../retrieval/related.js';
 import { searchPages } from '../retrieval/search.js';
+import { whoamiToolView } from '../presenters/identity.js';
 
 /**
  * The spec's 16 MCP tools: names, arguments, ranges, defaults and grants exactly as its
@@ -295,16 +296,11 @@ export const TOOLS: ToolDef[] = [
     schema: z.strictObject({}),
     grants: [],
     readOnly: true,
-    run: async (_a, { ctx, p }) => ({
-      id: p.id,
-      name: p.name,
-      kind: p.kind,
-      workspace: { id: p.workspaceId, slug: p.workspaceSlug },
-      role: p.role,
-      ceiling: baseCeiling(p),
-      grants: p.kind === 'agent' ? p.grants : [],
-      mentionable: (await listPrincipals(ctx, p)).filter((x) => x.id !== p.id).map((x) => ({ id: x.id, name: x.name, kind: x.kind })),
-    }),
+    run: async (_a, { ctx, p }) =>
+      whoamiToolView(
+        await describeCaller(ctx, p),
+        (await listPrincipals(ctx, p)).filter((x) => x.id !== p.id).map((x) => ({ id: x.id, name: x.name, kind: x.kind })),
+      ),
   },
   {
     name: 'search',

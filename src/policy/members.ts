@@ -99,7 +99,7 @@ export function decideInviteRevoke(inv: InviteFacts): MemberDecision {
 }
 
 /** 410 Gone: the invite existed but can never be used again. */
-function goneError(message: string, code: string): ServiceError {
+function goneError(message: string, code: 'invite_revoked' | 'invite_expired'): ServiceError {
   return new ServiceError(410, code, message);
 }
 

@@ -22,7 +22,7 @@ const allow: Decision = { kind: 'allow' };
 export function stepUpNeeded(what: string): Decision {
   return { kind: 'deny', error: forbidden(`${what} needs a step-up within the last 5 minutes (POST /api/auth/stepup)`, 'step_up_required') };
 }
-const deny = (message: string, code = 'forbidden'): Decision => ({ kind: 'deny', error: forbidden(message, code) });
+const deny = (message: string, code: Parameters<typeof forbidden>[1] = 'forbidden'): Decision => ({ kind: 'deny', error: forbidden(message, code) });
 
 function level(v: string | null): Level | null {
   return isLevel(v) ? v : null;

@@ -1,6 +1,6 @@
 import { forbidden } from '../core/errors.js';
 import { ceilingFor, hasStepUp } from './access.js';
-import { canReadPage, type Decision, type PageFacts } from './pages.js';
+import { canReadInFull, canReadPage, decideWrite, type Decision, type PageFacts } from './pages.js';
 import type { Principal } from './principal.js';
 import { atOrBelow, isLevel } from './sensitivity.js';
 
@@ -49,4 +49,30 @@ export function decideOnProposal(p: Principal, pr: ProposalFacts, action: 'accep
     return { kind: 'deny', error: forbidden('This proposal passed a step-up gate: step up to accept it', 'step_up_required') };
   }
   return allow;
+}
+
+/** A write's outcome: done, refused, or (the spec's "an agent action that lacks permission") a proposal. */
+export type WriteDecision = Decision | { kind: 'propose'; origin: 'no_write' };
+
+export interface ProposeRule {
+  /** Who may have a refused write turned into a proposal: agents only (create, update, restore) or anyone (archive). */
+  proposers: 'agents' | 'anyone';
+  /** The proposal carries page text: the caller must read the current page whole, as a writer must. */
+  carriesContent: boolean;
+}
+
+/**
+ * May the caller write `next` over `current`; if not, may it propose it instead? A write
+ * becomes a proposal only when no write grant covers the path (a writer whose content is above
+ * its ceiling is refused, not turned into a proposal) and the propose grant covers what it
+ * would hold. Otherwise the write's own refusal stands.
+ */
+export function decideWriteOrPropose(p: Principal, current: PageFacts | null, next: PageFacts, rule: ProposeRule): WriteDecision {
+  const write = decideWrite(p, current, next);
+  if (write.kind === 'allow') return write;
+  if (rule.proposers === 'agents' && p.kind !== 'agent') return write;
+  if (ceilingFor(p, 'write', next.path) !== null) return write;
+  if (rule.carriesContent && current && !canReadInFull(p, current)) return write;
+  const subject = rule.carriesContent ? next : (current ?? next);
+  return decidePropose(p, subject).kind === 'allow' ? { kind: 'propose', origin: 'no_write' } : write;
 }

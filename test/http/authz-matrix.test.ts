@@ -492,7 +492,9 @@ const ROWS: Row[] = [
     // The foreign agent writes in its own workspace. The low-ceiling agent writes a
     // confidential page: above its ceiling (docs/errors.md forbidden); the elevated agent a
     // secret one, above its write grant (an elevation raises reading only).
-    expect: { foreignKey: ok(201), agentNoGrant: FORBIDDEN, agentLowCeiling: FORBIDDEN, elevatedAgent: FORBIDDEN, viewer: FORBIDDEN, editor: ok(201), owner: ok(201), ownerStepUp: ok(201) },
+    // Issue 12: an agent without write but with propose gets a proposal (spec: "an agent action
+    // that lacks permission"); a human viewer is refused as before.
+    expect: { foreignKey: ok(201), agentNoGrant: PROPOSED, demotedAgent: PROPOSED, agentLowCeiling: FORBIDDEN, elevatedAgent: FORBIDDEN, viewer: FORBIDDEN, editor: ok(201), owner: ok(201), ownerStepUp: ok(201) },
   },
   {
     method: 'POST',
@@ -505,7 +507,7 @@ const ROWS: Row[] = [
       headers: { 'x-service-workspace': w.ws.id },
       body: { path: `scratch/new/${w.uniq('n')}.md`, content: '# New\n' },
     }),
-    expect: { foreignKey: WS_NOT_FOUND, agentNoGrant: FORBIDDEN, agentLowCeiling: ok(201), elevatedAgent: ok(201), viewer: FORBIDDEN, editor: ok(201), owner: ok(201), ownerStepUp: ok(201) },
+    expect: { foreignKey: WS_NOT_FOUND, agentNoGrant: PROPOSED, demotedAgent: PROPOSED, agentLowCeiling: ok(201), elevatedAgent: ok(201), viewer: FORBIDDEN, editor: ok(201), owner: ok(201), ownerStepUp: ok(201) },
   },
   {
     method: 'GET',
@@ -531,7 +533,7 @@ const ROWS: Row[] = [
     auth: 'SK',
     grant: 'write',
     request: async (c) => ({ path: `/api/v1/nodes/${(await freshPage(c)).id}`, body: { content: '# Replaced\n' } }),
-    expect: pageWrite(ok()),
+    expect: { ...pageWrite(ok()), agentNoGrant: PROPOSED, demotedAgent: PROPOSED },
   },
   {
     method: 'PATCH',
@@ -539,7 +541,7 @@ const ROWS: Row[] = [
     auth: 'SK',
     grant: 'write',
     request: async (c) => ({ path: `/api/v1/nodes/${(await freshPage(c)).id}`, body: { body: 'Patched.\n' } }),
-    expect: pageWrite(ok()),
+    expect: { ...pageWrite(ok()), agentNoGrant: PROPOSED, demotedAgent: PROPOSED },
   },
   {
     method: 'DELETE',
@@ -642,7 +644,7 @@ const ROWS: Row[] = [
     auth: 'SK',
     grant: 'write',
     request: async (c) => ({ path: `/api/v1/nodes/${(await freshPage(c, { archived: true })).id}/restore` }),
-    expect: pageWrite(ok()),
+    expect: { ...pageWrite(ok()), agentNoGrant: PROPOSED, demotedAgent: PROPOSED },
   },
 
   // --- Workspaces.

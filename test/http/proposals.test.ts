@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { exportToBareRepo } from '../../src/store/git-export.js';
+import { exportToBareRepo } from '../../src/store/git/export.js';
 import { testEngines } from '../support/engines.js';
 import { expectError } from '../support/expect.js';
 import { Client, createAgentWithKey, joinAs, signupHuman, startTestServer, type TestServer } from '../support/server.js';
@@ -62,16 +62,19 @@ describe.each(testEngines())('merging, proposals and their events (%s)', (engine
     expect((await inbox(viewer)).some((e) => e.proposal_id === res.body.proposal.id)).toBe(false);
   });
 
-  it('refuses a stale write from a caller who may not write, without making a proposal', async () => {
+  it('a stale write from a caller who may not write: an agent with propose gets a proposal on its base, a viewer is refused', async () => {
     const reader = (await createAgentWithKey(owner, [{ action: 'read' }, { action: 'propose' }], { name: 'reader-only' })).client;
     const c = await owner.post('/api/v1/nodes', { path: 'eng/merge/ro.md', content: doc(['one', 'two']) });
     await owner.put(`/api/v1/nodes/${c.body.id}`, { content: doc(['one', 'TWO']) });
-    for (const who of [reader, viewer]) {
-      const before = (await owner.get('/api/v1/proposals?status=open&limit=200')).body.proposals.length;
-      const res = await who.put(`/api/v1/nodes/${c.body.id}`, { content: doc(['one', 'two!']) }, { 'if-match': `"${c.body.content_hash}"` });
-      expectError(res, 403, 'forbidden');
-      expect((await owner.get('/api/v1/proposals?status=open&limit=200')).body.proposals.length).toBe(before);
-    }
+    const before = (await owner.get('/api/v1/proposals?status=open&limit=200')).body.proposals.length;
+    const refused = await viewer.put(`/api/v1/nodes/${c.body.id}`, { content: doc(['one', 'two!']) }, { 'if-match': `"${c.body.content_hash}"` });
+    expectError(refused, 403, 'forbidden');
+    expect((await owner.get('/api/v1/proposals?status=open&limit=200')).body.proposals.length).toBe(before);
+    // Issue 12: the agent's change becomes a proposal based on the version it read (its If-Match).
+    const res = await reader.put(`/api/v1/nodes/${c.body.id}`, { content: doc(['one', 'two!']) }, { 'if-match': `"${c.body.content_hash}"` });
+    expect(res.status, res.text).toBe(202);
+    expect(res.body.proposal).toMatchObject({ kind: 'edit', origin: 'no_write', base_hash: c.body.content_hash });
+    expect((await owner.get(`/api/v1/nodes/${c.body.id}`)).body.content).toBe(doc(['one', 'TWO']));
   });
 
   it('loses no write when two agents race on one page for many rounds', async () => {

@@ -7,7 +7,7 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { verifyAuditChain } from '../../src/core/audit.js';
 import { openStore } from '../../src/store/db.js';
-import { exportToBareRepo } from '../../src/store/git-export.js';
+import { exportToBareRepo } from '../../src/store/git/export.js';
 import { createTestDatabase, testEngines, type TestDatabase } from '../support/engines.js';
 import { Client, createAgentWithKey, signupHuman, startTestServer, type TestServer } from '../support/server.js';
 

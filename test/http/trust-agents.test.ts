@@ -53,9 +53,13 @@ describe.each(testEngines())('trust: agents, roles, elevations and lockdown (%s)
       const demote = await owner.patch(`/api/v1/workspaces/${slug}/members/${ed.id}`, { role: 'viewer' });
       expect(demote.status, demote.text).toBe(200);
 
-      // After: the same key writes nothing and reads nothing above internal.
-      const w = await agent.client.post('/api/v1/nodes', { path: `eng/${uniq('w')}.md`, content: '# After\n' });
-      expect(w.status, w.text).toBe(403);
+      // After: the same key writes nothing (it still holds propose: its write becomes a
+      // proposal, issue 12) and reads nothing above internal.
+      const after = `eng/${uniq('w')}.md`;
+      const w = await agent.client.post('/api/v1/nodes', { path: after, content: '# After\n' });
+      expect(w.status, w.text).toBe(202);
+      expect(w.body.proposal.origin).toBe('no_write');
+      expect((await owner.get(`/api/v1/nodes/${encodeURIComponent(after)}`)).status).toBe(404);
       expect((await agent.client.get(`/api/v1/nodes/${conf.id}`)).status).toBe(404);
       const who = await agent.client.get('/api/v1/whoami');
       expect(who.body.grants ?? who.body.principal?.grants).toBeDefined();
@@ -74,7 +78,9 @@ describe.each(testEngines())('trust: agents, roles, elevations and lockdown (%s)
       const k = await ed.client.post(`/api/v1/principals/${agent.id}/tokens`, { name: 'after' });
       expect(k.status, k.text).toBe(201);
       const fresh = new Client(s.url, k.body.key);
-      expect((await fresh.post('/api/v1/nodes', { path: `eng/${uniq('w')}.md`, content: '# Fresh\n' })).status).toBe(403);
+      const freshWrite = await fresh.post('/api/v1/nodes', { path: `eng/${uniq('w')}.md`, content: '# Fresh\n' });
+      expect(freshWrite.status, freshWrite.text).toBe(202);
+      expect(freshWrite.body.proposed).toBe(true);
       expect((await fresh.get(`/api/v1/nodes/${conf.id}`)).status).toBe(404);
     });
 

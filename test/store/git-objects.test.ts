@@ -7,13 +7,10 @@ import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ServiceError } from '../../src/core/errors.js';
 import type { Store } from '../../src/store/db.js';
-import { exportToBareRepo } from '../../src/store/git-export.js';
+import { clearTreeCache } from '../../src/store/git/cache.js';
 import {
   EMPTY_BLOB_SHA,
   EMPTY_TREE_SHA,
-  MAX_DELTA_DEPTH,
-  ObjectStore,
-  clearTreeCache,
   encodeCommit,
   encodeTree,
   hashObject,
@@ -22,8 +19,11 @@ import {
   validateName,
   type CommitData,
   type TreeEntry,
-} from '../../src/store/git-objects.js';
-import { applyChanges, listTree, readPath } from '../../src/store/git-trees.js';
+} from '../../src/store/git/codec.js';
+import { exportToBareRepo } from '../../src/store/git/export.js';
+import { ObjectStore } from '../../src/store/git/object-store.js';
+import { MAX_DELTA_DEPTH } from '../../src/store/git/tree-deltas.js';
+import { applyChanges, listTree, readPath } from '../../src/store/git/tree-paths.js';
 import { openTestStore, testEngines } from '../support/engines.js';
 
 // Keep the user's and the system's git configuration out of the checks.

@@ -1,7 +1,7 @@
 import { canReadInFull } from '../../policy/pages.js';
 import type { Principal } from '../../policy/principal.js';
 import type { Executor } from '../../store/db.js';
-import { ObjectStore } from '../../store/git-objects.js';
+import { ObjectStore } from '../../store/git/object-store.js';
 import type { PagesTable } from '../../store/schema.js';
 import { badRequest, type ServiceError } from '../errors.js';
 

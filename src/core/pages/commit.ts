@@ -1,7 +1,7 @@
 import type { Principal } from '../../policy/principal.js';
 import type { Executor } from '../../store/db.js';
-import { ObjectStore } from '../../store/git-objects.js';
-import { applyChanges } from '../../store/git-trees.js';
+import { ObjectStore } from '../../store/git/object-store.js';
+import { applyChanges } from '../../store/git/tree-paths.js';
 
 export const MAIN_REF = 'refs/heads/main';
 

@@ -33,3 +33,10 @@ export async function findReadablePage(
   }
   return row;
 }
+
+/** The live page at an id or path in the workspace, whoever may read it (callers judge). */
+export async function loadLivePage(db: Executor, workspaceId: string, ref: { id?: string; path?: string }): Promise<PagesTable | undefined> {
+  let q = db.selectFrom('pages').selectAll().where('workspace_id', '=', workspaceId).where('deleted_at', 'is', null);
+  q = ref.id ? q.where('id', '=', ref.id) : q.where('path', '=', ref.path ?? '');
+  return q.executeTakeFirst();
+}

@@ -2,7 +2,7 @@ import { createTwoFilesPatch } from 'diff';
 import { redactDocument } from '../../markdown/index.js';
 import { blockVisibility, canDiff, canReadInFull, canReadPage } from '../../policy/pages.js';
 import type { Principal } from '../../policy/principal.js';
-import { ObjectStore } from '../../store/git-objects.js';
+import { ObjectStore } from '../../store/git/object-store.js';
 import type { Executor } from '../../store/db.js';
 import type { PageVersionsTable } from '../../store/schema.js';
 import type { CoreContext } from '../context.js';

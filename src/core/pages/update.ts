@@ -2,6 +2,7 @@ import type { Transaction } from 'kysely';
 import { parseDocument, serializeDocument } from '../../markdown/index.js';
 import { assertFrontmatterDepth } from '../../markdown/frontmatter.js';
 import { decideWrite, enforce } from '../../policy/pages.js';
+import { decideWriteOrPropose } from '../../policy/proposals.js';
 import type { Principal } from '../../policy/principal.js';
 import type { DB, PagesTable } from '../../store/schema.js';
 import { inTransaction } from '../../store/tx.js';
@@ -16,7 +17,7 @@ import { analyzeContent } from './content.js';
 import { findReadablePage } from './lookup.js';
 import { commitPage, facts, rowFacts } from './persist.js';
 import { presentPage } from './record.js';
-import type { WriteResult } from './write.js';
+import type { Proposed, WriteResult } from './write.js';
 
 /** PUT and PATCH: preconditions, three-way merge of stale writes, conflicts as proposals. */
 
@@ -106,6 +107,16 @@ export interface UpdateResult extends WriteResult {
  * (holding the writer's content and base) and a `conflict` event for the writer, and the
  * caller gets 409 `conflict` carrying that proposal.
  */
+export async function updatePage(ctx: CoreContext, p: Principal, ref: string, update: PageUpdate, pre: Precondition, message?: string): Promise<UpdateResult>;
+export async function updatePage(
+  ctx: CoreContext,
+  p: Principal,
+  ref: string,
+  update: PageUpdate,
+  pre: Precondition,
+  message: string | undefined,
+  opts: { allowPropose: boolean },
+): Promise<UpdateResult | Proposed>;
 export async function updatePage(
   ctx: CoreContext,
   p: Principal,
@@ -113,10 +124,36 @@ export async function updatePage(
   update: PageUpdate,
   pre: Precondition,
   message?: string,
-): Promise<UpdateResult> {
+  opts = { allowPropose: false },
+): Promise<UpdateResult | Proposed> {
   const result = await inTransaction(ctx.store, p.workspaceId, async (trx) => {
     const current = await findReadablePage(trx, p, ref);
     const target = parsePagePath(current.path);
+    if (opts.allowPropose) {
+      // An agent without write but with propose (REST): its change, built from the version it
+      // read, becomes an `edit` proposal on that base; accepting merges it three-way.
+      const stale = preconditionMatches(current, pre) === false;
+      const base = stale ? await baseVersion(trx, p, current, pre) : { content: current.content, blobSha: current.content_hash, commitSha: current.commit_sha };
+      const theirs = applyUpdate(base.content, update);
+      const content = analyzeContent(theirs, target.slug);
+      if (decideWriteOrPropose(p, rowFacts(current), facts(current.path, content), { proposers: 'agents', carriesContent: true }).kind === 'propose') {
+        if (theirs === current.content) {
+          throw conflict(`The change is identical to the current content of ${current.path} (commit ${current.commit_sha}); nothing to review`, 'no_change');
+        }
+        const proposal = await insertProposal(ctx, trx, p, {
+          kind: 'edit',
+          origin: 'no_write',
+          pageId: current.id,
+          path: current.path,
+          content: theirs,
+          baseHash: base.blobSha,
+          baseCommit: base.commitSha,
+          reason: message ?? `Edit ${current.path}`,
+          sensitivity: highest(current.sensitivity, current.block_level, content.sensitivity, content.blockLevel),
+        });
+        return { kind: 'proposed' as const, proposal };
+      }
+    }
     let raw: string;
     let merged = false;
     if (preconditionMatches(current, pre) === false) {
@@ -159,6 +196,7 @@ export async function updatePage(
     if (raw === current.content) return { kind: 'ok' as const, row: current, changed: false, merged };
     return { kind: 'ok' as const, row: await commitPage(trx, p, { action: 'update', existing: current, target, content, message }), changed: true, merged };
   });
+  if (result.kind === 'proposed') return { proposal: presentProposal(p, result.proposal) };
   if (result.kind === 'conflict') {
     const { proposal, current } = result;
     throw conflict('The page changed since you read it and your change does not merge cleanly; it was saved as a proposal', 'conflict', {

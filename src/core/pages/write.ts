@@ -1,10 +1,9 @@
 import type { Transaction } from 'kysely';
 import { serializeDocument, setFrontmatterFields } from '../../markdown/index.js';
 import { assertFrontmatterDepth } from '../../markdown/frontmatter.js';
-import { ceilingFor } from '../../policy/access.js';
-import { decideDelete, decideMove, decideWrite, enforce, widensAudience } from '../../policy/pages.js';
+import { canReadPage, decideDelete, decideMove, decideWrite, enforce, widensAudience, type PageFacts } from '../../policy/pages.js';
 import type { Principal } from '../../policy/principal.js';
-import { decidePropose } from '../../policy/proposals.js';
+import { decidePropose, decideWriteOrPropose } from '../../policy/proposals.js';
 import type { DB, PagesTable, ProposalsTable } from '../../store/schema.js';
 import { inTransaction } from '../../store/tx.js';
 import type { CoreContext } from '../context.js';
@@ -12,7 +11,7 @@ import { badRequest, conflict } from '../errors.js';
 import { parsePagePath, slugify, type PagePath } from '../paths.js';
 import { highest, insertProposal, presentProposal, supersedeForPage, type ProposalRecord } from '../proposals/record.js';
 import { analyzeContent, type ArchiveReason } from './content.js';
-import { findReadablePage } from './lookup.js';
+import { findReadablePage, loadLivePage } from './lookup.js';
 import { assertPathFree, commitPage, facts, rowFacts } from './persist.js';
 import { presentPage, type PageRecord } from './record.js';
 
@@ -43,15 +42,53 @@ export function resolveNewPage(input: NewPageInput): { target: PagePath; raw: st
   return { target, raw: serializeDocument(fm, input.body.endsWith('\n') || input.body === '' ? input.body : `${input.body}\n`) };
 }
 
-export async function createPage(ctx: CoreContext, p: Principal, input: NewPageInput, message?: string): Promise<WriteResult> {
+/** A write that became a proposal (the spec's "an agent action that lacks permission"). */
+export interface Proposed {
+  proposal: ProposalRecord;
+}
+
+/**
+ * Creates a page. With `allowPropose` (REST), an agent that may not write there but holds the
+ * propose grant opens a `create` proposal instead (a path held by a page it cannot see is, to
+ * it, free: the proposal says no more than POST /api/v1/proposals would).
+ */
+export async function createPage(ctx: CoreContext, p: Principal, input: NewPageInput, message?: string): Promise<WriteResult>;
+export async function createPage(ctx: CoreContext, p: Principal, input: NewPageInput, message: string | undefined, opts: { allowPropose: boolean }): Promise<WriteResult | Proposed>;
+export async function createPage(ctx: CoreContext, p: Principal, input: NewPageInput, message?: string, opts = { allowPropose: false }): Promise<WriteResult | Proposed> {
   const { target, raw } = resolveNewPage(input);
   const content = analyzeContent(raw, target.slug);
-  enforce(decideWrite(p, null, facts(target.path, content)));
+  const next = facts(target.path, content);
+  const decision = decideWriteOrPropose(p, null, next, { proposers: 'agents', carriesContent: true });
+  if (decision.kind === 'deny' || (decision.kind === 'propose' && !opts.allowPropose)) throw decisionError(p, null, next);
+  if (decision.kind === 'propose') {
+    const proposal = await inTransaction(ctx.store, p.workspaceId, async (trx) => {
+      const held = await loadLivePage(trx, p.workspaceId, { path: target.path });
+      if (held && canReadPage(p, rowFacts(held))) await assertPathFree(trx, p.workspaceId, target.path);
+      return insertProposal(ctx, trx, p, {
+        kind: 'create',
+        origin: decision.origin,
+        pageId: null,
+        path: target.path,
+        content: raw,
+        baseHash: null,
+        baseCommit: null,
+        reason: message ?? `Create ${target.path}`,
+        sensitivity: highest(content.sensitivity, content.blockLevel),
+      });
+    });
+    return { proposal: presentProposal(p, proposal) };
+  }
   const row = await inTransaction(ctx.store, p.workspaceId, async (trx) => {
     await assertPathFree(trx, p.workspaceId, target.path);
     return commitPage(trx, p, { action: 'create', existing: null, target, content, message });
   });
   return { record: presentPage(p, row), changed: true };
+}
+
+/** The refusal a writer gets (a proposal was not allowed here). */
+function decisionError(p: Principal, current: PageFacts | null, next: PageFacts): Error {
+  const d = decideWrite(p, current, next);
+  return d.kind === 'deny' ? d.error : new Error('unreachable: the write was allowed');
 }
 
 export type ChangeOutcome = { kind: 'done'; row: PagesTable } | { kind: 'proposed'; proposal: ProposalsTable };
@@ -145,20 +182,23 @@ export async function setStateTx(
       : setFrontmatterFields(current.content, { state: undefined, archived_reason: undefined, archived_at: undefined });
   const target = parsePagePath(current.path);
   const content = analyzeContent(raw, target.slug);
-  const decision = decideWrite(p, rowFacts(current), facts(current.path, content));
-  if (decision.kind === 'deny') {
-    const noWrite = ceilingFor(p, 'write', current.path) === null;
-    if (!(opts.allowPropose && action === 'archive' && noWrite && decidePropose(p, rowFacts(current)).kind === 'allow')) throw decision.error;
+  const next = facts(current.path, content);
+  // Archiving proposes for anyone without write (it carries no text); restoring, for agents (REST).
+  const rule = action === 'archive' ? { proposers: 'anyone' as const, carriesContent: false } : { proposers: 'agents' as const, carriesContent: true };
+  const decision = decideWriteOrPropose(p, rowFacts(current), next, rule);
+  if (decision.kind === 'deny' || (decision.kind === 'propose' && !opts.allowPropose)) throw decisionError(p, rowFacts(current), next);
+  if (decision.kind === 'propose') {
+    // A restore is proposed as the edit that restores (accepting an edit applies it).
     const proposal = await insertProposal(ctx, trx, p, {
-      kind: 'archive',
-      origin: 'no_write',
+      kind: action === 'archive' ? 'archive' : 'edit',
+      origin: decision.origin,
       pageId: current.id,
       path: current.path,
-      content: null,
+      content: action === 'archive' ? null : raw,
       baseHash: current.content_hash,
       baseCommit: current.commit_sha,
-      params: { reason: reason ?? 'manual' },
-      reason: opts.message ?? `Archive ${current.path} (${reason ?? 'manual'})`,
+      ...(action === 'archive' ? { params: { reason: reason ?? 'manual' } } : {}),
+      reason: opts.message ?? (action === 'archive' ? `Archive ${current.path} (${reason ?? 'manual'})` : `Restore ${current.path}`),
       sensitivity: highest(current.sensitivity, current.block_level),
     });
     return { kind: 'proposed', proposal };
@@ -173,9 +213,10 @@ export async function archivePage(ctx: CoreContext, p: Principal, ref: string, r
   return present(p, o);
 }
 
-export async function restorePage(ctx: CoreContext, p: Principal, ref: string, message?: string): Promise<PublicOutcome> {
+/** Restores an archived page; with `allowPropose` (REST) an agent without write proposes instead. */
+export async function restorePage(ctx: CoreContext, p: Principal, ref: string, message?: string, opts = { allowPropose: false }): Promise<PublicOutcome> {
   const o = await inTransaction(ctx.store, p.workspaceId, async (trx) =>
-    setStateTx(ctx, trx, p, await findReadablePage(trx, p, ref), 'restore', undefined, { message, allowPropose: false }),
+    setStateTx(ctx, trx, p, await findReadablePage(trx, p, ref), 'restore', undefined, { message, allowPropose: opts.allowPropose }),
   );
   return present(p, o);
 }

@@ -9,22 +9,17 @@ import type { CoreContext } from '../context.js';
 import { badRequest, conflict, notFound } from '../errors.js';
 import { pushEvents } from '../inbox-events.js';
 import { mergePage } from '../merge.js';
-import { isPageId } from '../pages/lookup.js';
+import { isPageId, loadLivePage } from '../pages/lookup.js';
 import { analyzeContent, type ArchiveReason } from '../pages/content.js';
 import { assertPathFree, commitPage, facts, movePageTx, rowFacts, setStateTx } from '../pages/write.js';
 import { parsePagePath } from '../paths.js';
 import { highest, insertProposal, presentProposal, proposalFacts, type ProposalRecord } from './record.js';
 import { invalidBase, readableBase } from '../pages/base.js';
 import { decideWrite } from '../../policy/pages.js';
-import { ObjectStore } from '../../store/git-objects.js';
+import { ObjectStore } from '../../store/git/object-store.js';
 
 export const PROPOSAL_STATUSES = ['open', 'accepted', 'rejected', 'superseded'] as const;
 
-async function loadLivePage(trx: Transaction<DB> | CoreContext['store']['db'], workspaceId: string, ref: { id?: string; path?: string }) {
-  let q = trx.selectFrom('pages').selectAll().where('workspace_id', '=', workspaceId).where('deleted_at', 'is', null);
-  q = ref.id ? q.where('id', '=', ref.id) : q.where('path', '=', ref.path ?? '');
-  return q.executeTakeFirst();
-}
 
 /**
  * POST /api/v1/proposals and context_propose with content: a change for human review. An

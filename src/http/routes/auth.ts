@@ -16,7 +16,8 @@ import { notFound } from '../../core/errors.js';
 import { findWorkspace } from '../../core/workspaces.js';
 import { enrollTotp, stepUp, verifyLoginCode } from '../../core/second-factor.js';
 import type { CoreContext } from '../../core/context.js';
-import { workspacesOf } from '../../core/workspaces.js';
+import { describeCaller } from '../../core/identity.js';
+import { sessionUserView } from '../../presenters/identity.js';
 import { caller } from '../auth.js';
 import { errors, optionalBody } from '../schemas.js';
 
@@ -238,14 +239,6 @@ export async function authRoutes(app: FastifyInstance, ctx: CoreContext): Promis
         },
       },
     },
-    async (req) => {
-      const p = caller(req);
-      const who = await ctx.store.db.selectFrom('principals').select(['name', 'email']).where('id', '=', p.id).executeTakeFirstOrThrow();
-      return {
-        user: { id: p.id, name: who.name, email: who.email ?? '' },
-        workspaces: await workspacesOf(ctx.store.db, p.id),
-        workspace: { id: p.workspaceId, slug: p.workspaceSlug, role: p.role ?? 'viewer' },
-      };
-    },
+    async (req) => sessionUserView(await describeCaller(ctx, caller(req), { account: true })),
   );
 }

@@ -3,7 +3,8 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { updateDisplayName } from '../../core/accounts.js';
 import type { CoreContext } from '../../core/context.js';
-import { baseCeiling } from '../../policy/access.js';
+import { describeCaller } from '../../core/identity.js';
+import { meView, whoamiView } from '../../presenters/identity.js';
 import { caller } from '../auth.js';
 import { errors, GrantSchema } from '../schemas.js';
 
@@ -34,15 +35,7 @@ export async function meRoutes(app: FastifyInstance, ctx: CoreContext): Promise<
         },
       },
     },
-    async (req) => {
-      const p = caller(req);
-      const workspace = { id: p.workspaceId, slug: p.workspaceSlug };
-      if (p.kind === 'human') {
-        const who = await ctx.store.db.selectFrom('principals').select(['email', 'totp_enabled_at']).where('id', '=', p.id).executeTakeFirstOrThrow();
-        return { id: p.id, kind: p.kind, name: p.name, email: who.email ?? '', role: p.role ?? 'viewer', totp: who.totp_enabled_at !== null, workspace };
-      }
-      return { id: p.id, kind: p.kind, name: p.name, grants: p.grants, ceiling: p.agentCeiling ?? 'internal', workspace };
-    },
+    async (req) => meView(await describeCaller(ctx, caller(req), { account: true })),
   );
 
   r.patch(
@@ -80,18 +73,6 @@ export async function meRoutes(app: FastifyInstance, ctx: CoreContext): Promise<
         },
       },
     },
-    async (req) => {
-      const p = caller(req);
-      return {
-        id: p.id,
-        name: p.name,
-        kind: p.kind,
-        workspace: { id: p.workspaceId, slug: p.workspaceSlug },
-        role: p.role,
-        via: p.via,
-        ceiling: baseCeiling(p),
-        grants: p.kind === 'human' ? [] : p.grants,
-      };
-    },
+    async (req) => whoamiView(await describeCaller(ctx, caller(req))),
   );
 }

@@ -66,13 +66,14 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
         tags,
         summary: 'Create a page from {path, content} or {space, cluster_path, title, body, frontmatter}',
         body: CreateBody,
-        response: { 201: PageRecordSchema, ...errors(400, 401, 403, 409, 413) },
+        response: { 201: PageRecordSchema, 202: ProposedSchema, ...errors(400, 401, 403, 409, 413) },
       },
     },
     async (req, reply) => {
       const { message, ...input } = req.body;
-      const { record } = await createPage(ctx, caller(req), input, message);
-      return withEtag(reply.code(201), record).send(record);
+      const o = await createPage(ctx, caller(req), input, message, { allowPropose: true });
+      if ('proposal' in o) return sendOutcome(reply, o);
+      return withEtag(reply.code(201), o.record).send(o.record);
     },
   );
 
@@ -116,7 +117,7 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
           params: Ref,
           headers: z.object({ 'if-match': z.string().max(200).optional() }),
           body: UpdateBody,
-          response: { 200: WriteResultSchema, ...errors(400, 401, 403, 404, 409, 413) },
+          response: { 200: WriteResultSchema, 202: ProposedSchema, ...errors(400, 401, 403, 404, 409, 413) },
         },
       },
       async (req, reply) => {
@@ -125,15 +126,17 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
           b.content !== undefined
             ? { kind: 'replace', content: b.content }
             : { kind: 'fields', title: b.title, body: b.body, frontmatter: b.frontmatter, mergeFrontmatter: method === 'patch' };
-        const { record, changed, merged } = await updatePage(
+        const o = await updatePage(
           ctx,
           caller(req),
           req.params.id,
           change,
           { ifMatch: headerValue(req.headers['if-match']), baseSha: b.base_sha },
           b.message,
+          { allowPropose: true },
         );
-        return withEtag(reply, record).send({ ...record, changed, merged });
+        if ('proposal' in o) return sendOutcome(reply, o);
+        return withEtag(reply, o.record).send({ ...o.record, changed: o.changed, merged: o.merged });
       },
     );
   update('put');
@@ -239,6 +242,6 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
         response: { 200: PageRecordSchema, 202: ProposedSchema, ...errors(400, 401, 403, 404, 409) },
       },
     },
-    async (req, reply) => sendOutcome(reply, await restorePage(ctx, caller(req), req.params.id, req.body.message)),
+    async (req, reply) => sendOutcome(reply, await restorePage(ctx, caller(req), req.params.id, req.body.message, { allowPropose: true })),
   );
 }

@@ -1,5 +1,6 @@
-import { badRequest, conflict } from '../core/errors.js';
-import { isSha, validateName, type ObjectStore, type TreeEntry } from './git-objects.js';
+import { badRequest, conflict } from '../../core/errors.js';
+import { isSha, validateName, type TreeEntry } from './codec.js';
+import type { ObjectStore } from './object-store.js';
 
 /** Sets (blobSha) or removes (null) the file at `path`, e.g. `space/folder/sub/page.md`. */
 export interface PathChange {

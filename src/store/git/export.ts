@@ -4,8 +4,9 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { deflateSync, inflateSync } from 'node:zlib';
-import type { Executor } from './db.js';
-import { hashObject, ObjectStore, type ObjectType } from './git-objects.js';
+import type { Executor } from '../db.js';
+import { hashObject, type ObjectType } from './codec.js';
+import { ObjectStore } from './object-store.js';
 
 const execFileP = promisify(execFile);
 

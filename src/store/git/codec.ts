@@ -1,0 +1,289 @@
+import { createHash } from 'node:crypto';
+import { badRequest, type ServiceError } from '../../core/errors.js';
+
+/**
+ * Git objects (blobs, trees, commits) encoded, decoded and hashed exactly as git does, so that
+ * what the store holds is what git reads. Pure functions: storage is in object-store.ts.
+ */
+
+export type ObjectType = 'blob' | 'tree' | 'commit';
+export type TreeMode = '100644' | '40000';
+
+export interface TreeEntry {
+  mode: TreeMode;
+  name: string;
+  sha: string;
+}
+
+export interface GitIdentity {
+  name: string;
+  email: string;
+  /** Seconds since the epoch. */
+  timestamp: number;
+  /** `+hhmm` or `-hhmm`, e.g. `+0000`. */
+  tzOffset: string;
+}
+
+export interface CommitData {
+  tree: string;
+  parents: string[];
+  author: GitIdentity;
+  committer: GitIdentity;
+  /** Stored with a trailing newline (as git writes it); parseCommit returns it verbatim. */
+  message: string;
+}
+
+export interface GitObject {
+  type: ObjectType;
+  body: Buffer;
+}
+
+export const EMPTY_TREE_SHA = '4b825dc642cb6eb9a060e54bf8d69288fbee4904';
+export const EMPTY_BLOB_SHA = 'e69de29bb2d1d6434b8b29ae775ad8c2e48c5391';
+
+const SHA_RE = /^[0-9a-f]{40}$/;
+const TZ_RE = /^[+-]\d{4}$/;
+
+export function hashObject(type: ObjectType, body: Buffer): string {
+  return createHash('sha1').update(`${type} ${body.length}\0`).update(body).digest('hex');
+}
+
+export function isSha(value: string): boolean {
+  return SHA_RE.test(value);
+}
+
+/** Throws ServiceError 400 unless `value` is a 40-hex git object id. */
+export function assertSha(value: string, what: string): void {
+  if (!SHA_RE.test(value)) throw badRequest(`${what} is not a git object id: ${JSON.stringify(value)}`, 'invalid_object');
+}
+
+// Characters HFS+ ignores when comparing names: git refuses `.g\u200cit` for the same reason as `.git`.
+const HFS_IGNORABLE_RE = /[\u200c-\u200f\u202a-\u202e\u206a-\u206f\ufeff]/g;
+// Printable ASCII: the common case, checked without encoding the name.
+const PLAIN_NAME_RE = /^[\x20-\x7e]{1,255}$/;
+const DOT_GIT_RE = /^(\.git|git~1)[. ]*$/i;
+
+function badName(name: string, why: string): ServiceError {
+  return badRequest(`Invalid path segment ${JSON.stringify(name)}: ${why}`, 'invalid_path');
+}
+
+/** Throws ServiceError 400 for a name git would refuse in a tree (what `git fsck --strict` flags). */
+export function validateName(name: string): void {
+  if (name === '' || name === '.' || name === '..') throw badName(name, 'empty, "." or ".."');
+  if (name.includes('/')) throw badName(name, 'contains "/"');
+  if (PLAIN_NAME_RE.test(name)) {
+    if (DOT_GIT_RE.test(name)) throw badName(name, 'reserved by git');
+    return;
+  }
+  if (/[\0\n]/.test(name)) throw badName(name, 'contains NUL or a newline');
+  if (Buffer.from(name, 'utf8').toString('utf8') !== name) throw badName(name, 'not valid UTF-8');
+  // A longer name cannot be checked out on common file systems.
+  if (Buffer.byteLength(name, 'utf8') > 255) throw badName(name, 'longer than 255 bytes');
+  if (DOT_GIT_RE.test(name.replace(HFS_IGNORABLE_RE, ''))) throw badName(name, 'reserved by git');
+}
+
+function encodeEntry(mode: TreeMode, name: string, sha: string): Buffer {
+  const buf = Buffer.allocUnsafe(mode.length + Buffer.byteLength(name, 'utf8') + 22);
+  let o = buf.write(mode, 0, 'latin1');
+  buf[o++] = 0x20;
+  o += buf.write(name, o, 'utf8');
+  buf[o++] = 0;
+  buf.write(sha, o, 'hex');
+  return buf;
+}
+
+/**
+ * Git compares names as bytes, a directory as if its name ended with '/'. The key is those
+ * UTF-8 bytes as a latin1 string, so plain string comparison gives git's order.
+ */
+function sortKeyOf(mode: TreeMode, name: string): string {
+  const key = mode === '40000' ? `${name}/` : name;
+  return PLAIN_NAME_RE.test(name) ? key : Buffer.from(key, 'utf8').toString('latin1');
+}
+
+/**
+ * A validated, immutable entry carrying its encoded bytes and sort key in private fields (so
+ * it still compares, spreads and serialises as a plain {mode, name, sha}). A tree of thousands
+ * of entries is rewritten on every commit into its folder; re-validating, re-encoding and
+ * re-keying the unchanged entries each time would dominate the cost of the commit.
+ */
+class CheckedEntry implements TreeEntry {
+  readonly mode: TreeMode;
+  readonly name: string;
+  readonly sha: string;
+  readonly #encoded: Buffer;
+  readonly #key: string;
+
+  private constructor(mode: TreeMode, name: string, sha: string, encoded: Buffer) {
+    this.mode = mode;
+    this.name = name;
+    this.sha = sha;
+    this.#encoded = encoded;
+    this.#key = sortKeyOf(mode, name);
+    Object.freeze(this);
+  }
+
+  static of(e: TreeEntry): CheckedEntry {
+    if (e instanceof CheckedEntry) return e;
+    if (e.mode !== '100644' && e.mode !== '40000') throw badRequest(`Unsupported tree entry mode ${String(e.mode)}`, 'invalid_object');
+    validateName(e.name);
+    assertSha(e.sha, `tree entry ${JSON.stringify(e.name)}`);
+    return new CheckedEntry(e.mode, e.name, e.sha, encodeEntry(e.mode, e.name, e.sha));
+  }
+
+  /** From a tree body already split into fields; `encoded` is the entry's own bytes (copied). */
+  static parsed(mode: TreeMode, name: string, sha: string, encoded: Buffer): CheckedEntry {
+    validateName(name);
+    return new CheckedEntry(mode, name, sha, Buffer.from(encoded));
+  }
+
+  get encoded(): Buffer {
+    return this.#encoded;
+  }
+
+  get key(): string {
+    return this.#key;
+  }
+}
+
+/** Git's order of tree entries (see sortKeyOf). */
+export function compareEntries(a: TreeEntry, b: TreeEntry): number {
+  const x = CheckedEntry.of(a).key;
+  const y = CheckedEntry.of(b).key;
+  return x < y ? -1 : x > y ? 1 : 0;
+}
+
+function hasKey(sorted: readonly CheckedEntry[], key: string): boolean {
+  let lo = 0;
+  let hi = sorted.length - 1;
+  while (lo <= hi) {
+    const mid = (lo + hi) >>> 1;
+    const k = sorted[mid]!.key;
+    if (k === key) return true;
+    if (k < key) lo = mid + 1;
+    else hi = mid - 1;
+  }
+  return false;
+}
+
+/** Validates and returns the entries in git order (a new frozen array of frozen entries). */
+export function sortTreeEntries(entries: Iterable<TreeEntry>): readonly TreeEntry[] {
+  const out: CheckedEntry[] = [];
+  let increasing = true;
+  let prevKey: string | undefined;
+  for (const e of entries) {
+    const entry = CheckedEntry.of(e);
+    const key = entry.key;
+    if (prevKey !== undefined && key <= prevKey) increasing = false;
+    prevKey = key;
+    out.push(entry);
+  }
+  // Rewritten trees arrive mostly in order already; only sort when they are not.
+  if (!increasing) {
+    out.sort(compareEntries);
+    for (let i = 1; i < out.length; i++) {
+      if (out[i]!.key === out[i - 1]!.key) throw duplicateEntry(out[i]!.name);
+    }
+  }
+  // A file and a folder of one name have different keys ("x", "x/"): look for the file's key.
+  for (const entry of out) {
+    if (entry.mode === '40000' && hasKey(out, entry.key.slice(0, -1))) throw duplicateEntry(entry.name);
+  }
+  return Object.freeze(out);
+}
+
+function duplicateEntry(name: string): ServiceError {
+  return badRequest(`Duplicate tree entry ${JSON.stringify(name)}`, 'invalid_path');
+}
+
+/** Encodes entries already validated and sorted. */
+export function encodeSorted(entries: readonly TreeEntry[]): Buffer {
+  const parts: Buffer[] = new Array<Buffer>(entries.length);
+  for (let i = 0; i < entries.length; i++) parts[i] = CheckedEntry.of(entries[i]!).encoded;
+  return Buffer.concat(parts);
+}
+
+export function encodeTree(entries: Iterable<TreeEntry>): Buffer {
+  return encodeSorted(sortTreeEntries(entries));
+}
+
+/** Decodes a tree body (only the two modes this service writes are accepted). */
+export function parseTree(body: Buffer): TreeEntry[] {
+  const out: TreeEntry[] = [];
+  let i = 0;
+  while (i < body.length) {
+    const sp = body.indexOf(0x20, i);
+    const nul = sp < 0 ? -1 : body.indexOf(0, sp + 1);
+    if (sp < 0 || nul < 0 || nul + 21 > body.length) throw badRequest('Truncated tree object', 'invalid_object');
+    const mode = body.toString('latin1', i, sp);
+    if (mode !== '100644' && mode !== '40000') throw badRequest(`Unsupported tree entry mode ${mode}`, 'invalid_object');
+    const name = body.toString('utf8', sp + 1, nul);
+    // A name that is not UTF-8 would decode to something else than its bytes.
+    if (!PLAIN_NAME_RE.test(name) && !Buffer.from(name, 'utf8').equals(body.subarray(sp + 1, nul))) {
+      throw badRequest('Tree entry name is not valid UTF-8', 'invalid_object');
+    }
+    out.push(CheckedEntry.parsed(mode, name, body.toString('hex', nul + 1, nul + 21), body.subarray(i, nul + 21)));
+    i = nul + 21;
+  }
+  return out;
+}
+
+/** Strips what would break git's `Name <email>` syntax; git has no escape for these. */
+function sanitizeIdentity(id: GitIdentity, role: string): GitIdentity {
+  const strip = (s: string) => s.replace(/[<>\n\r\0]/g, '').trim();
+  if (!Number.isSafeInteger(id.timestamp) || id.timestamp < 0) {
+    throw badRequest(`${role} timestamp must be a non-negative integer of seconds`, 'invalid_request');
+  }
+  if (!TZ_RE.test(id.tzOffset)) throw badRequest(`${role} tzOffset must look like +0000`, 'invalid_request');
+  // An empty name makes `author <e>` which fsck reports as a missing name.
+  return { name: strip(id.name) || 'unknown', email: strip(id.email), timestamp: id.timestamp, tzOffset: id.tzOffset };
+}
+
+function formatIdentity(id: GitIdentity): string {
+  return `${id.name} <${id.email}> ${id.timestamp} ${id.tzOffset}`;
+}
+
+export function encodeCommit(c: CommitData): Buffer {
+  assertSha(c.tree, 'commit tree');
+  for (const p of c.parents) assertSha(p, 'commit parent');
+  const author = sanitizeIdentity(c.author, 'author');
+  const committer = sanitizeIdentity(c.committer, 'committer');
+  // NUL would truncate the message in every git reader.
+  let message = c.message.replace(/\0/g, '');
+  if (!message.endsWith('\n')) message += '\n';
+  const lines = [`tree ${c.tree}`, ...c.parents.map((p) => `parent ${p}`)];
+  lines.push(`author ${formatIdentity(author)}`, `committer ${formatIdentity(committer)}`);
+  return Buffer.from(`${lines.join('\n')}\n\n${message}`, 'utf8');
+}
+
+function parseIdentity(value: string): GitIdentity {
+  const m = /^(.*?) ?<([^<>]*)> (\d+) ([+-]\d{4})$/.exec(value);
+  if (!m) throw badRequest(`Malformed identity in commit: ${JSON.stringify(value)}`, 'invalid_object');
+  return { name: m[1] ?? '', email: m[2] ?? '', timestamp: Number(m[3]), tzOffset: m[4] ?? '+0000' };
+}
+
+/** Parses tree, parents, author, committer and message; other headers (gpgsig, encoding) are ignored. */
+export function parseCommit(body: Buffer): CommitData {
+  const text = body.toString('utf8');
+  const split = text.indexOf('\n\n');
+  const header = split < 0 ? text : text.slice(0, split);
+  const message = split < 0 ? '' : text.slice(split + 2);
+  let tree: string | undefined;
+  let author: GitIdentity | undefined;
+  let committer: GitIdentity | undefined;
+  const parents: string[] = [];
+  for (const line of header.split('\n')) {
+    if (line.startsWith(' ')) continue; // continuation of a multi-line header
+    const sp = line.indexOf(' ');
+    const key = sp < 0 ? line : line.slice(0, sp);
+    const value = sp < 0 ? '' : line.slice(sp + 1);
+    if (key === 'tree') tree = value;
+    else if (key === 'parent') parents.push(value);
+    else if (key === 'author') author = parseIdentity(value);
+    else if (key === 'committer') committer = parseIdentity(value);
+  }
+  if (!tree || !SHA_RE.test(tree) || !author || !committer || parents.some((p) => !SHA_RE.test(p))) {
+    throw badRequest('Malformed commit object', 'invalid_object');
+  }
+  return { tree, parents, author, committer, message };
+}

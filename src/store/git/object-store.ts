@@ -1,0 +1,323 @@
+import { deflateSync, inflateSync } from 'node:zlib';
+import { badRequest, conflict } from '../../core/errors.js';
+import type { Executor } from '../db.js';
+import { treeCache } from './cache.js';
+import {
+  assertSha,
+  encodeCommit,
+  encodeSorted,
+  hashObject,
+  parseCommit,
+  parseTree,
+  sortTreeEntries,
+  type CommitData,
+  type GitObject,
+  type ObjectType,
+  type TreeEntry,
+} from './codec.js';
+import { applyTreeDelta, encodeTreeDelta, MAX_DELTA_DEPTH, REBASE_MAX_RATIO } from './tree-deltas.js';
+
+/**
+ * Git objects and refs of one workspace, stored in `git_objects` and `git_refs`. Trees may be
+ * stored as deltas against their previous version (see tree-deltas.ts); reads rebuild them
+ * through the process-wide tree cache (cache.ts).
+ */
+
+function corrupt(workspaceId: string, sha: string, why: string): Error {
+  return new Error(`git object ${sha} of workspace ${workspaceId} is corrupt: ${why}`);
+}
+
+const REF_RE = /^refs\/(heads|tags)\/[A-Za-z0-9][A-Za-z0-9._-]*$/;
+
+export class ObjectStore {
+  constructor(
+    private readonly db: Executor,
+    readonly workspaceId: string,
+  ) {}
+
+  private cacheKey(sha: string): string {
+    return `${this.workspaceId}:${sha}`;
+  }
+
+  private async insert(sha: string, type: ObjectType, data: Buffer, baseSha: string | null, depth: number): Promise<void> {
+    await this.db
+      .insertInto('git_objects')
+      .values({ workspace_id: this.workspaceId, sha, type, data, base_sha: baseSha, depth })
+      .onConflict((oc) => oc.columns(['workspace_id', 'sha']).doNothing())
+      .execute();
+  }
+
+  async putBlob(content: Buffer | string): Promise<string> {
+    const body = typeof content === 'string' ? Buffer.from(content, 'utf8') : content;
+    const sha = hashObject('blob', body);
+    await this.insert(sha, 'blob', deflateSync(body), null, 0);
+    return sha;
+  }
+
+  /**
+   * Stores an object given as a raw git body (e.g. received from a push), in full. Trees and
+   * commits are checked to be well formed and canonical so that what we store is what git reads.
+   */
+  async putObject(type: ObjectType, body: Buffer): Promise<string> {
+    if (type === 'tree') {
+      const sorted = sortTreeEntries(parseTree(body));
+      if (!encodeSorted(sorted).equals(body)) throw badRequest('Tree object is not in canonical git order', 'invalid_object');
+    } else if (type === 'commit') {
+      parseCommit(body);
+    }
+    const sha = hashObject(type, body);
+    await this.insert(sha, type, deflateSync(body), null, 0);
+    return sha;
+  }
+
+  /**
+   * Stores a tree. With `previousSha` (the version of the same tree this one replaces) the tree
+   * is stored as a delta against it when the delta is under half the tree (small trees are
+   * cheaper to read whole). A chain that would pass MAX_DELTA_DEPTH re-bases on its full copy
+   * (see REBASE_MAX_RATIO) or starts again from a new full copy.
+   */
+  async putTree(entries: Iterable<TreeEntry>, previousSha?: string | null): Promise<string> {
+    const sorted = sortTreeEntries(entries);
+    const body = encodeSorted(sorted);
+    const sha = hashObject('tree', body);
+    const wanted = previousSha && previousSha !== sha ? [sha, previousSha] : [sha];
+    // The base must be visible to this executor (not just cached from a rolled-back write).
+    const rows = await this.db
+      .selectFrom('git_objects')
+      .select(['sha', 'type', 'depth'])
+      .where('workspace_id', '=', this.workspaceId)
+      .where('sha', 'in', wanted)
+      .execute();
+    if (rows.some((r) => r.sha === sha)) {
+      treeCache.set(this.cacheKey(sha), sorted);
+      return sha;
+    }
+    let data: Buffer | undefined;
+    let baseSha: string | null = null;
+    let depth = 0;
+    const base = previousSha ? rows.find((r) => r.sha === previousSha) : undefined;
+    if (base && base.type === 'tree') {
+      if (Number(base.depth) < MAX_DELTA_DEPTH) {
+        // A delta not clearly smaller than the tree costs a chain step for nothing (small trees).
+        data = await this.deltaAgainst(base.sha, sorted, body.length / 2);
+        baseSha = base.sha;
+        depth = Number(base.depth) + 1;
+      } else {
+        const root = await this.chainRoot(base.sha);
+        data = await this.deltaAgainst(root, sorted, body.length * REBASE_MAX_RATIO);
+        baseSha = root;
+        depth = 1;
+      }
+    }
+    if (!data) {
+      baseSha = null;
+      depth = 0;
+    }
+    await this.insert(sha, 'tree', data ?? deflateSync(body), baseSha, depth);
+    treeCache.set(this.cacheKey(sha), sorted);
+    return sha;
+  }
+
+  /** The deflated delta from a stored tree to `entries`, or undefined when it is not under maxBytes. */
+  private async deltaAgainst(baseSha: string, entries: readonly TreeEntry[], maxBytes: number): Promise<Buffer | undefined> {
+    const baseEntries = await this.getTree(baseSha);
+    if (!baseEntries) return undefined;
+    const delta = encodeTreeDelta(baseEntries, entries);
+    return delta.length < maxBytes ? deflateSync(delta) : undefined;
+  }
+
+  /** The full copy at the end of a tree's delta chain. */
+  private async chainRoot(sha: string): Promise<string> {
+    let cur = sha;
+    let lastDepth = Number.POSITIVE_INFINITY;
+    for (;;) {
+      const row = await this.db
+        .selectFrom('git_objects')
+        .select(['base_sha', 'depth'])
+        .where('workspace_id', '=', this.workspaceId)
+        .where('sha', '=', cur)
+        .executeTakeFirst();
+      if (!row) throw corrupt(this.workspaceId, sha, `delta base ${cur} is missing`);
+      if (Number(row.depth) >= lastDepth) throw corrupt(this.workspaceId, sha, 'delta chain does not descend');
+      lastDepth = Number(row.depth);
+      if (row.base_sha === null) return cur;
+      cur = row.base_sha;
+    }
+  }
+
+  /** Stores a commit; its tree and parents must already be stored in this workspace. */
+  async putCommit(commit: CommitData): Promise<string> {
+    const body = encodeCommit(commit);
+    const needed = [...new Set([commit.tree, ...commit.parents])];
+    const found = await this.db
+      .selectFrom('git_objects')
+      .select(['sha', 'type'])
+      .where('workspace_id', '=', this.workspaceId)
+      .where('sha', 'in', needed)
+      .execute();
+    const types = new Map(found.map((r) => [r.sha, r.type]));
+    if (types.get(commit.tree) !== 'tree') throw badRequest(`Commit tree ${commit.tree} is not stored`, 'invalid_object');
+    for (const p of commit.parents) {
+      if (types.get(p) !== 'commit') throw badRequest(`Commit parent ${p} is not stored`, 'invalid_object');
+    }
+    const sha = hashObject('commit', body);
+    await this.insert(sha, 'commit', deflateSync(body), null, 0);
+    return sha;
+  }
+
+  async hasObject(sha: string): Promise<boolean> {
+    const row = await this.db
+      .selectFrom('git_objects')
+      .select('sha')
+      .where('workspace_id', '=', this.workspaceId)
+      .where('sha', '=', sha)
+      .executeTakeFirst();
+    return row !== undefined;
+  }
+
+  /** The full git body of an object (delta trees reconstructed), verified against its sha. */
+  async getObject(sha: string): Promise<GitObject | null> {
+    const row = await this.db
+      .selectFrom('git_objects')
+      .select(['type', 'data', 'base_sha'])
+      .where('workspace_id', '=', this.workspaceId)
+      .where('sha', '=', sha)
+      .executeTakeFirst();
+    if (!row) return null;
+    if (row.base_sha !== null) {
+      const entries = await this.getTree(sha);
+      if (!entries) throw corrupt(this.workspaceId, sha, 'delta tree vanished');
+      return { type: 'tree', body: encodeSorted(entries) };
+    }
+    const body = inflateSync(row.data);
+    if (hashObject(row.type, body) !== sha) throw corrupt(this.workspaceId, sha, 'hash mismatch');
+    return { type: row.type, body };
+  }
+
+  async getBlob(sha: string): Promise<Buffer | null> {
+    const obj = await this.getObject(sha);
+    return obj && obj.type === 'blob' ? obj.body : null;
+  }
+
+  async getCommit(sha: string): Promise<CommitData | null> {
+    const obj = await this.getObject(sha);
+    return obj && obj.type === 'commit' ? parseCommit(obj.body) : null;
+  }
+
+  /**
+   * A tree's entries in git order, or null when no such tree is stored. A delta tree is rebuilt
+   * by walking base_sha down to a full copy (or a cached version) and applying the deltas upward.
+   */
+  async getTree(sha: string): Promise<readonly TreeEntry[] | null> {
+    const hit = treeCache.get(this.cacheKey(sha));
+    if (hit) return hit;
+
+    const deltas: Buffer[] = [];
+    let start: readonly TreeEntry[] | undefined;
+    let cur = sha;
+    let lastDepth = Number.POSITIVE_INFINITY;
+    for (;;) {
+      if (cur !== sha) {
+        const cached = treeCache.get(this.cacheKey(cur));
+        if (cached) {
+          start = cached;
+          break;
+        }
+      }
+      const row = await this.db
+        .selectFrom('git_objects')
+        .select(['type', 'data', 'base_sha', 'depth'])
+        .where('workspace_id', '=', this.workspaceId)
+        .where('sha', '=', cur)
+        .executeTakeFirst();
+      if (!row) {
+        if (cur === sha) return null;
+        throw corrupt(this.workspaceId, sha, `delta base ${cur} is missing`);
+      }
+      if (row.type !== 'tree') {
+        if (cur === sha) return null;
+        throw corrupt(this.workspaceId, sha, `delta base ${cur} is a ${row.type}`);
+      }
+      // Depth strictly decreases along a chain, which also rules out cycles.
+      const depth = Number(row.depth);
+      if (depth >= lastDepth) throw corrupt(this.workspaceId, sha, 'delta chain does not descend');
+      lastDepth = depth;
+      const data = inflateSync(row.data);
+      if (row.base_sha === null) {
+        const body = data;
+        if (hashObject('tree', body) !== cur) throw corrupt(this.workspaceId, cur, 'hash mismatch');
+        start = sortTreeEntries(parseTree(body));
+        if (cur === sha) {
+          treeCache.set(this.cacheKey(sha), start);
+          return start;
+        }
+        break;
+      }
+      deltas.push(data);
+      cur = row.base_sha;
+    }
+
+    if (!start) throw corrupt(this.workspaceId, sha, 'delta chain has no base');
+    const map = new Map(start.map((e) => [e.name, e]));
+    for (let i = deltas.length - 1; i >= 0; i--) applyTreeDelta(map, deltas[i] as Buffer);
+    const entries = sortTreeEntries(map.values());
+    if (hashObject('tree', encodeSorted(entries)) !== sha) throw corrupt(this.workspaceId, sha, 'rebuilt tree hash mismatch');
+    treeCache.set(this.cacheKey(sha), entries);
+    return entries;
+  }
+
+  async getRef(name: string): Promise<string | null> {
+    const row = await this.db
+      .selectFrom('git_refs')
+      .select('sha')
+      .where('workspace_id', '=', this.workspaceId)
+      .where('name', '=', name)
+      .executeTakeFirst();
+    return row?.sha ?? null;
+  }
+
+  /**
+   * Moves a ref only if it still points at `expectedOldSha` (null: only if it does not exist).
+   * Throws ServiceError 409 `conflict` otherwise, leaving the ref unchanged.
+   */
+  async casRef(name: string, expectedOldSha: string | null, newSha: string): Promise<void> {
+    if (!REF_RE.test(name) || name.includes('..') || name.endsWith('.lock')) {
+      throw badRequest(`Invalid ref name ${JSON.stringify(name)}`, 'invalid_request');
+    }
+    assertSha(newSha, 'ref target');
+    const target = await this.db
+      .selectFrom('git_objects')
+      .select('type')
+      .where('workspace_id', '=', this.workspaceId)
+      .where('sha', '=', newSha)
+      .executeTakeFirst();
+    // A ref to a missing object would make every git reader fail.
+    if (target?.type !== 'commit') throw badRequest(`Ref target ${newSha} is not a stored commit`, 'invalid_object');
+
+    let changed: bigint;
+    if (expectedOldSha === null) {
+      const r = await this.db
+        .insertInto('git_refs')
+        .values({ workspace_id: this.workspaceId, name, sha: newSha })
+        .onConflict((oc) => oc.columns(['workspace_id', 'name']).doNothing())
+        .executeTakeFirst();
+      changed = r.numInsertedOrUpdatedRows ?? 0n;
+    } else {
+      const r = await this.db
+        .updateTable('git_refs')
+        .set({ sha: newSha })
+        .where('workspace_id', '=', this.workspaceId)
+        .where('name', '=', name)
+        .where('sha', '=', expectedOldSha)
+        .executeTakeFirst();
+      changed = r.numUpdatedRows;
+    }
+    if (changed === 0n) {
+      const current = await this.getRef(name);
+      throw conflict(`${name} has moved: expected ${expectedOldSha ?? 'no ref'}, found ${current ?? 'no ref'}`, 'conflict', {
+        ref: name,
+        current,
+      });
+    }
+  }
+}
