@@ -30,6 +30,8 @@ export async function startServer(config: Config, opts: AppOptions = {}): Promis
   ctx.log = app.log;
   retrieval.worker.onError = (message, err) => app.log.warn({ err }, `embeddings provider failed: ${message}`);
   await app.listen({ port: config.port, host: config.host });
+  // Re-indexing an upgrade asked for runs in the background: the service serves meanwhile.
+  retrieval.reindex.start(app.log);
   const addr = app.server.address();
   const port = typeof addr === 'object' && addr ? addr.port : config.port;
   const host = config.host.includes(':') ? `[${config.host}]` : config.host;

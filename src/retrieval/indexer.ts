@@ -145,7 +145,11 @@ function linkLevels<L extends { target: string }>(body: string, links: L[]): (L 
   return links.map((l) => ({ ...l, blockLevel: levelOf.has(l.target) ? levelOf.get(l.target)! : 'secret' }));
 }
 
-/** Indexes every live page (migration 004, and a rebuild after the chunker changes). */
+/**
+ * Indexes every live page at once, in the caller's hands (tests and operators). It empties the
+ * SQLite keyword index first, so search finds nothing until it ends: a running service re-indexes
+ * with the background job instead (reindex-job.ts, requested by a `maintenance_jobs` row).
+ */
 export async function reindexAll(db: Kysely<DB>): Promise<number> {
   if (isSqlite(db)) await clearKeywordIndexes(db);
   const ids = await db.selectFrom('pages').select('id').where('deleted_at', 'is', null).orderBy('id').execute();

@@ -6,6 +6,7 @@ import { EmbedWorker, VECTOR_LOG_KEEP_MS } from './embed-worker.js';
 import { BuiltinEmbeddings } from './embeddings/builtin.js';
 import { OpenAIEmbeddings } from './embeddings/openai.js';
 import { modelKey, type EmbeddingProvider } from './embeddings/provider.js';
+import { ReindexJob } from './reindex-job.js';
 import { VectorMatrix } from './vectors/matrix.js';
 
 interface Loaded {
@@ -37,6 +38,8 @@ export class RetrievalRuntime {
   readonly provider: EmbeddingProvider;
   readonly key: string;
   readonly worker: EmbedWorker;
+  /** Re-indexing that an upgrade asked for (migration 010); started by the server once it logs. */
+  readonly reindex: ReindexJob;
   private readonly loaded = new Map<string, Promise<Loaded>>();
   private readonly queryCache = new Map<string, Float32Array>();
 
@@ -48,6 +51,7 @@ export class RetrievalRuntime {
     this.provider = provider ?? (config.provider === 'openai' ? new OpenAIEmbeddings(config) : new BuiltinEmbeddings());
     this.key = modelKey(this.provider.provider, this.provider.model, config.provider === 'openai' ? config.dimensions : undefined);
     this.worker = new EmbedWorker(store, this.provider, this.key);
+    this.reindex = new ReindexJob(store);
   }
 
   private stopped = false;
@@ -61,6 +65,7 @@ export class RetrievalRuntime {
 
   async stop(): Promise<void> {
     this.stopped = true;
+    await this.reindex.stop();
     await this.worker.stop();
     await this.warming;
   }

@@ -9,6 +9,7 @@ import * as m006 from './migrations/006_search_filters.js';
 import * as m007 from './migrations/007_agent_custody.js';
 import * as m008 from './migrations/008_account_attempts.js';
 import * as m009 from './migrations/009_keyword_per_workspace.js';
+import * as m010 from './migrations/010_maintenance_jobs.js';
 
 interface Migration {
   name: string;
@@ -26,6 +27,7 @@ const MIGRATIONS: Migration[] = [
   { name: '007_agent_custody', up: m007.up },
   { name: '008_account_attempts', up: m008.up },
   { name: '009_keyword_per_workspace', up: m009.up },
+  { name: '010_maintenance_jobs', up: m010.up },
 ];
 
 export async function migrate<T>(db: Kysely<T>, dialect: Dialect): Promise<string[]> {

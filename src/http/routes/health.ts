@@ -17,6 +17,19 @@ const Embeddings = z.object({
   last_error_at: z.string().nullable(),
 });
 
+/**
+ * Re-indexing an upgrade asked for (src/retrieval/reindex-job.ts). The service is ready while it
+ * runs; keyword search, backlinks and vectors miss the pages it has not reached yet.
+ */
+const Reindex = z.object({
+  state: z.enum(['none', 'pending', 'running', 'finished', 'unknown']),
+  done: z.number(),
+  total: z.number().nullable(),
+  started_at: z.string().nullable(),
+  finished_at: z.string().nullable(),
+  last_error: z.string().nullable(),
+});
+
 export async function healthRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
   const r = app.withTypeProvider<ZodTypeProvider>();
 
@@ -62,6 +75,7 @@ export async function healthRoutes(app: FastifyInstance, ctx: CoreContext): Prom
             git_sha: z.string(),
             database: z.object({ ok: z.boolean(), engine: z.string() }),
             embeddings: Embeddings,
+            reindex: Reindex,
           }),
           503: z.object({
             status: z.enum(['ready', 'unavailable']),
@@ -69,6 +83,7 @@ export async function healthRoutes(app: FastifyInstance, ctx: CoreContext): Prom
             git_sha: z.string(),
             database: z.object({ ok: z.boolean(), engine: z.string() }),
             embeddings: Embeddings,
+            reindex: Reindex,
           }),
         },
       },
@@ -81,6 +96,9 @@ export async function healthRoutes(app: FastifyInstance, ctx: CoreContext): Prom
       // The provider's error text may name an upstream URL, a host or part of a key: it goes
       // to the server log (where the worker writes it), never to an anonymous caller.
       if (embeddings?.last_error) embeddings.last_error = 'the embeddings provider failed; details are in the server log';
+      const reindex = ok ? await ctx.retrieval.reindex.status().catch(() => null) : null;
+      // Likewise a failed batch's error (it may quote SQL or data): the log has it.
+      if (reindex?.last_error) reindex.last_error = 'a re-index batch failed and is retried; details are in the server log';
       const body = {
         status: ok ? ('ready' as const) : ('unavailable' as const),
         version: VERSION,
@@ -95,6 +113,7 @@ export async function healthRoutes(app: FastifyInstance, ctx: CoreContext): Prom
           last_error: null,
           last_error_at: null,
         },
+        reindex: reindex ?? { state: 'unknown' as const, done: 0, total: null, started_at: null, finished_at: null, last_error: null },
       };
       return reply.code(ok ? 200 : 503).send(body);
     },

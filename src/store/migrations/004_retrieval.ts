@@ -1,16 +1,29 @@
 import { sql, type Kysely } from 'kysely';
 import type { Dialect } from '../db.js';
 import type { DB } from '../schema.js';
-import { PG_FOLD } from '../../retrieval/keyword.js';
+
+/**
+ * The diacritics folding baked into the PostgreSQL tsvector column below: each precomposed Latin
+ * letter (U+00C0–U+024F, U+1E00–U+1EFF) whose compatibility decomposition is one ASCII letter
+ * plus marks, and that letter. A SNAPSHOT of `PG_FOLD` in src/retrieval/keyword.ts as it was when
+ * this migration was written (queries fold with that constant; test/http/reindex-job.test.ts
+ * checks they still agree). A migration holds no application code: never import it here, and
+ * change the folding only with a new migration.
+ */
+export const FOLD_FROM =
+  "ÀÁÂÃÄÅÇÈÉÊËÌÍÎÏÑÒÓÔÕÖÙÚÛÜÝàáâãäåçèéêëìíîïñòóôõöùúûüýÿĀāĂăĄąĆćĈĉĊċČčĎďĒēĔĕĖėĘęĚěĜĝĞğĠġĢģĤĥĨĩĪīĬĭĮįİĴĵĶķĹĺĻļĽľŃńŅņŇňŌōŎŏŐőŔŕŖŗŘřŚśŜŝŞşŠšŢţŤťŨũŪūŬŭŮůŰűŲųŴŵŶŷŸŹźŻżŽžſƠơƯưǍǎǏǐǑǒǓǔǕǖǗǘǙǚǛǜǞǟǠǡǦǧǨǩǪǫǬǭǰǴǵǸǹǺǻȀȁȂȃȄȅȆȇȈȉȊȋȌȍȎȏȐȑȒȓȔȕȖȗȘșȚțȞȟȦȧȨȩȪȫȬȭȮȯȰȱȲȳḀḁḂḃḄḅḆḇḈḉḊḋḌḍḎḏḐḑḒḓḔḕḖḗḘḙḚḛḜḝḞḟḠḡḢḣḤḥḦḧḨḩḪḫḬḭḮḯḰḱḲḳḴḵḶḷḸḹḺḻḼḽḾḿṀṁṂṃṄṅṆṇṈṉṊṋṌṍṎṏṐṑṒṓṔṕṖṗṘṙṚṛṜṝṞṟṠṡṢṣṤṥṦṧṨṩṪṫṬṭṮṯṰṱṲṳṴṵṶṷṸṹṺṻṼṽṾṿẀẁẂẃẄẅẆẇẈẉẊẋẌẍẎẏẐẑẒẓẔẕẖẗẘẙẛẠạẢảẤấẦầẨẩẪẫẬậẮắẰằẲẳẴẵẶặẸẹẺẻẼẽẾếỀềỂểỄễỆệỈỉỊịỌọỎỏỐốỒồỔổỖỗỘộỚớỜờỞởỠỡỢợỤụỦủỨứỪừỬửỮữỰựỲỳỴỵỶỷỸỹ";
+export const FOLD_TO =
+  "AAAAAACEEEEIIIINOOOOOUUUUYaaaaaaceeeeiiiinooooouuuuyyAaAaAaCcCcCcCcDdEeEeEeEeEeGgGgGgGgHhIiIiIiIiIJjKkLlLlLlNnNnNnOoOoOoRrRrRrSsSsSsSsTtTtUuUuUuUuUuUuWwYyYZzZzZzsOoUuAaIiOoUuUuUuUuUuAaAaGgKkOoOojGgNnAaAaAaEeEeIiIiOoOoRrRrUuUuSsTtHhAaEeOoOoOoOoYyAaBbBbBbCcDdDdDdDdDdEeEeEeEeEeFfGgHhHhHhHhHhIiIiKkKkKkLlLlLlLlMmMmMmNnNnNnNnOoOoOoOoPpPpRrRrRrRrSsSsSsSsSsTtTtTtTtUuUuUuUuUuVvVvWwWwWwWwWwXxXxYyZzZzZzhtwysAaAaAaAaAaAaAaAaAaAaAaAaEeEeEeEeEeEeEeEeIiIiOoOoOoOoOoOoOoOoOoOoOoOoUuUuUuUuUuUuUuYyYyYyYy";
 
 /**
  * Retrieval (keyword slice): sections with the engine's full-text index, links between pages,
  * tags and the names a page answers to (for `[[wiki]]` links). All of it is written by
- * commitPage inside the page's own transaction; existing pages are indexed by migration 005.
+ * commitPage inside the page's own transaction. Pages that existed before are indexed by the
+ * background job that migration 010 requests (src/retrieval/reindex-job.ts): SQL only here.
  */
 export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
   if (dialect === 'postgres') {
-    const fold = (col: string) => sql`translate(${sql.ref(col)}, ${sql.lit(PG_FOLD.from)}, ${sql.lit(PG_FOLD.to)})`;
+    const fold = (col: string) => sql`translate(${sql.ref(col)}, ${sql.lit(FOLD_FROM)}, ${sql.lit(FOLD_TO)})`;
     await sql`create table page_sections (
       id bigserial primary key,
       workspace_id text not null references workspaces(id),
@@ -98,5 +111,5 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
     .execute();
   await db.schema.createIndex('page_tags_tag').on('page_tags').columns(['workspace_id', 'tag']).execute();
 
-  // Existing pages are indexed by migration 005, once the embedding backlog exists too.
+  // Existing pages are indexed after the upgrade, by the background job (migration 010).
 }

@@ -1,11 +1,15 @@
 import { sql, type Kysely } from 'kysely';
 import type { Dialect } from '../db.js';
-import type { DB } from '../schema.js';
-import { reindexAll } from '../../retrieval/indexer.js';
 
 /**
  * Retrieval (vector slice): the embedding backlog, the section vectors and a change log that
- * lets every node keep its in-memory matrices current. Every live page starts in the backlog.
+ * lets every node keep its in-memory matrices current.
+ *
+ * This migration once re-indexed every live page itself (keyword rows, links and a place in the
+ * backlog) by calling the indexer: application code inside a migration, one transaction as long
+ * as the deployment is large, and the service down until it ended. Migrations are SQL only now:
+ * a database whose pages are not indexed yet (it ran 001–004 with pages) gets a `reindex_pages`
+ * job from migration 010, which the server runs in the background (src/retrieval/reindex-job.ts).
  */
 export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
   const pg = dialect === 'postgres';
@@ -52,6 +56,5 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
     await sql`create virtual table page_sections_vocab using fts5vocab(page_sections_fts, 'row')`.execute(db);
   }
 
-  // Index every live page (keyword rows, links, and a place in the backlog).
-  await reindexAll(db as unknown as Kysely<DB>);
+  // Existing pages are indexed (and so queued for vectors) by the background job of migration 010.
 }
