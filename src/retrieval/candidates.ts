@@ -82,7 +82,40 @@ export function clusterPath(space: string | undefined, cluster: string): string 
   return c;
 }
 
-/** SQL conditions over `s` (page_sections) and `p` (pages) for the scope and the caller's widest ceiling. */
+/** `p.path` inside a grant's scope (scopeCovers in SQL). */
+function inScope(scope: string): RawBuilder<unknown> {
+  if (scope === '*') return sql`1 = 1`;
+  return sql`(p.path = ${scope} or substr(p.path, 1, ${codePoints(scope) + 1}) = ${`${scope}/`})`;
+}
+
+/** A section at or below `ceiling`: its page's sensitivity and its block's. */
+function atOrBelowSql(ceiling: Level): RawBuilder<unknown> {
+  const levels = LEVELS.filter((l) => atOrBelow(l, ceiling));
+  return sql`p.sensitivity in (${sql.join(levels)}) and (s.block_level is null or s.block_level in (${sql.join(levels)}))`;
+}
+
+/**
+ * For a caller whose reach is not one ceiling over the whole workspace — an agent whose grants
+ * for the action name paths, or give different ceilings by path — the SQL condition (over `s`
+ * and `p`) a section it may see meets: inside some grant's scope, at or below the ceiling it
+ * has there. Null when the widest ceiling holds everywhere (humans; agents with a `*` grant at
+ * it). Filtering in SQL, not after the limit, keeps pages outside the grants from crowding out
+ * the caller's own (issue 11).
+ */
+export function reachSql(p: Principal, action: Action): RawBuilder<unknown> | null {
+  if (p.kind === 'human') return null;
+  const widest = widestCeiling(p, action);
+  if (widest === null || ceilingFor(p, action, '*') === widest) return null;
+  const parts: RawBuilder<unknown>[] = [];
+  for (const g of p.grants) {
+    if (g.action !== action) continue;
+    const c = ceilingFor(p, action, g.scope);
+    if (c !== null) parts.push(sql`(${inScope(g.scope)} and ${atOrBelowSql(c)})`);
+  }
+  return parts.length === 0 ? sql`1 = 0` : sql`(${sql.join(parts, sql` or `)})`;
+}
+
+/** SQL conditions over `s` (page_sections) and `p` (pages) for the scope and what the caller may see. */
 function where(p: Principal, scope: Scope, allowed: Level[]): RawBuilder<unknown> {
   const filters: RawBuilder<unknown>[] = [
     sql`p.workspace_id = ${p.workspaceId}`,
@@ -90,6 +123,8 @@ function where(p: Principal, scope: Scope, allowed: Level[]): RawBuilder<unknown
     sql`p.sensitivity in (${sql.join(allowed)})`,
     sql`(s.block_level is null or s.block_level in (${sql.join(allowed)}))`,
   ];
+  const reach = reachSql(p, scope.action);
+  if (reach) filters.push(reach);
   if (!scope.includeArchived) filters.push(sql`p.state = 'active'`);
   if (scope.space) filters.push(sql`p.space = ${scope.space}`);
   if (scope.cluster) {
@@ -149,9 +184,15 @@ export async function keywordCandidates(ctx: CoreContext, p: Principal, scope: S
       limit ${limit}`.execute(db)
     ).rows;
   } else {
-    // The workspace's own index (keyword-index.ts): no other workspace's statistics weigh in.
-    if (!(await hasKeywordIndex(ctx.store, p.workspaceId))) return [];
-    const fts = keywordTable(p.workspaceId);
+    // The workspace's index of what the caller's widest ceiling reads (keyword-index.ts): no
+    // statistic of another workspace, or of a section above that ceiling, weighs in.
+    const ceiling = widestCeiling(p, scope.action);
+    if (ceiling === null || !(await hasKeywordIndex(ctx.store, p.workspaceId))) return [];
+    const fts = keywordTable(p.workspaceId, ceiling);
+    // The newest-N and unscored cuts count only sections the caller may reach: pages outside an
+    // agent's grants must not take the places of its own.
+    const reach = reachSql(p, scope.action);
+    const reachable = reach ? sql`and exists (select 1 from page_sections s cross join pages p where s.id = ${fts}.rowid and p.id = s.page_id and ${reach})` : sql``;
     // First the best matches from the index alone (prefilter), then the joins and filters on
     // those: a common word matches tens of thousands of sections, and joining them all before
     // the sort was most of a slow query. When the filters leave too few, the full query runs.
@@ -177,9 +218,9 @@ export async function keywordCandidates(ctx: CoreContext, p: Principal, scope: S
     const scoredAll = sql`select rowid as rid, ${bm25(fts)} as b from ${fts} where ${fts} match ${match} order by b, rowid desc`;
     rows = await best(
       !plan.scored
-        ? sql`select rowid as rid, 0.0 as b from ${fts} where ${fts} match ${match} order by rowid desc limit ${prefilter(limit, false)}`
+        ? sql`select rowid as rid, 0.0 as b from ${fts} where ${fts} match ${match} ${reachable} order by rowid desc limit ${prefilter(limit, false)}`
         : plan.newest !== null
-          ? sql`select rid, b from (select rowid as rid, ${bm25(fts)} as b from ${fts} where ${fts} match ${match} order by rowid desc limit ${plan.newest}) order by b, rid desc limit ${prefilter(limit, true)}`
+          ? sql`select rid, b from (select rowid as rid, ${bm25(fts)} as b from ${fts} where ${fts} match ${match} ${reachable} order by rowid desc limit ${plan.newest}) order by b, rid desc limit ${prefilter(limit, true)}`
           : sql`${scoredAll} limit ${prefilter(limit, true)}`,
     );
     if (rows.length < limit && plan.scored && plan.newest === null && (await matchesMoreThan(ctx, fts, match, prefilter(limit, true)))) {

@@ -1,7 +1,8 @@
-import { sql } from 'kysely';
+import { sql, type RawBuilder } from 'kysely';
 import { stemmer } from 'stemmer';
 import type { Store } from '../store/db.js';
-import { hasKeywordIndex, levelVocabTable, RAISED_LEVELS, vocabTable } from './keyword-index.js';
+import type { Level } from '../policy/sensitivity.js';
+import { hasKeywordIndex, keywordTable, vocabTable } from './keyword-index.js';
 
 /**
  * Planning a keyword query on SQLite so its cost stays bounded at any size.
@@ -57,78 +58,85 @@ export function keywordPlan(terms: string[], op: 'AND' | 'OR', docs: Map<string,
 /** Counts change slowly and only steer plans: a common word's are reused for this long. */
 const COUNT_TTL_MS = 10 * 60_000;
 const COUNT_CACHE_MAX = 20_000;
-/** Reading a word's counts costs about its list's length: cached from this many sections up. */
+/** Reading a word's count costs about its list's length: cached from this many sections up. */
 const CACHE_FROM = 1_000;
+const countCaches = new WeakMap<Store, Map<string, { n: number; at: number }>>();
 
-/** Sections of one workspace holding a word: all of them, and those at each level above public. */
-interface LevelCounts {
-  all: number;
-  raised: Record<(typeof RAISED_LEVELS)[number], number>;
-  at: number;
-}
-const countCaches = new WeakMap<Store, Map<string, LevelCounts>>();
-
-/** Whose sections a count covers: one workspace, at the levels the caller may see there. */
+/** Whose sections a count covers. */
 export interface CountScope {
   workspaceId: string;
-  levels: readonly string[];
+  /** The caller's widest ceiling: its keyword table (keyword-index.ts). */
+  ceiling: Level;
+  /**
+   * For a caller whose reach is not that one ceiling over the whole workspace (an agent with
+   * grants on some paths only, or ceilings that differ by path): the SQL condition over `s`
+   * (page_sections) and `p` (pages) that a section it may see meets.
+   */
+  visibility?: RawBuilder<unknown> | undefined;
 }
 
 /**
  * How many sections the caller may see hold each query term (null on PostgreSQL, where counting
  * would mean a scan), for keywordPlan.
  *
- * Per workspace and per level (issue 11): the plan changes what a caller sees, so no other
- * workspace's pages and no page above the caller's levels may move it. Every count is the
- * workspace's (its own index's vocabulary) minus the sections above the caller's levels that
- * hold the word (the level index's vocabulary, keyword-index.ts): exact, and two lookups.
+ * The plan changes what a caller sees, so no other workspace's pages and no page the caller
+ * cannot see may move it (issue 11). The count is the vocabulary of the caller's keyword table,
+ * which holds only the workspace's sections at or below its ceiling: exact for a caller that
+ * sees every such section. For a caller whose reach is narrower (`visibility`), that count is an
+ * upper bound and the sections it may see are counted, stopping past COMMON_DOCS (past it a
+ * count only says "common").
  */
 export async function termDocCounts(store: Store, terms: string[], scope: CountScope): Promise<Map<string, number> | null> {
-  const counts = await levelCounts(store, terms, scope.workspaceId);
-  if (counts === null) return null;
-  return new Map(terms.map((t) => [t, visibleCount(counts.get(t)!, scope)]));
+  const table = await tableCounts(store, terms, scope.workspaceId, scope.ceiling);
+  if (table === null || !scope.visibility) return table;
+  const fts = keywordTable(scope.workspaceId, scope.ceiling);
+  const out = new Map<string, number>();
+  for (const t of terms) {
+    const bound = table.get(t)!;
+    if (bound === 0 || out.has(t)) {
+      out.set(t, out.get(t) ?? 0);
+      continue;
+    }
+    // The word as the user typed it, as one FTS5 phrase: the index's tokenizer folds and stems
+    // it exactly as it did the text.
+    const match = `"${t.replaceAll('"', '""')}"`;
+    const r = await sql<{ n: number }>`select count(*) as n from (
+      select 1 from ${fts} f cross join page_sections s cross join pages p
+      where f.${fts} match ${match} and s.id = f.rowid and p.id = s.page_id and ${scope.visibility}
+      limit ${Math.min(bound, COMMON_DOCS) + 1})`.execute(store.db);
+    out.set(t, Number(r.rows[0]?.n ?? 0));
+  }
+  return out;
 }
 
-function visibleCount(c: LevelCounts, scope: CountScope): number {
-  return RAISED_LEVELS.reduce((n, l) => (scope.levels.includes(l) ? n : n - c.raised[l]), c.all);
-}
-
-/** Each term's section counts in the workspace, by the index's stem (cached for common words). */
-async function levelCounts(store: Store, terms: string[], workspaceId: string): Promise<Map<string, LevelCounts> | null> {
+/** Sections of the workspace's table at `ceiling` holding each term, by the index's stem (cached for common words). */
+async function tableCounts(store: Store, terms: string[], workspaceId: string, ceiling: Level): Promise<Map<string, number> | null> {
   if (store.dialect !== 'sqlite') return null;
   let cache = countCaches.get(store);
   if (!cache) countCaches.set(store, (cache = new Map()));
   const now = Date.now();
   const stems = terms.map(indexStem);
-  const counts = new Map<string, LevelCounts>();
+  const key = (s: string) => `${workspaceId}|${ceiling}|${s}`;
+  const counts = new Map<string, number>();
   const missing: string[] = [];
   for (const s of new Set(stems)) {
-    const c = cache.get(`${workspaceId}|${s}`);
-    if (c && now - c.at <= COUNT_TTL_MS) counts.set(s, c);
+    const c = cache.get(key(s));
+    if (c && now - c.at <= COUNT_TTL_MS) counts.set(s, c.n);
     else missing.push(s);
   }
   if (missing.length > 0) {
     const rows = (await hasKeywordIndex(store, workspaceId))
-      ? (
-          await sql<{ term: string; col: string; doc: number }>`
-          select term, '*' as col, doc from ${vocabTable(workspaceId)} where term in (${sql.join(missing)})
-          union all
-          select term, col, doc from ${levelVocabTable(workspaceId)} where term in (${sql.join(missing)})`.execute(store.db)
-        ).rows
+      ? (await sql<{ term: string; doc: number }>`select term, doc from ${vocabTable(workspaceId, ceiling)} where term in (${sql.join(missing)})`.execute(store.db)).rows
       : [];
     if (cache.size >= COUNT_CACHE_MAX) {
       for (const [k, c] of cache) if (now - c.at > COUNT_TTL_MS) cache.delete(k);
       if (cache.size >= COUNT_CACHE_MAX) cache.clear();
     }
+    const found = new Map(rows.map((r) => [r.term, Number(r.doc)]));
     for (const s of missing) {
-      const c: LevelCounts = { all: 0, raised: { internal: 0, confidential: 0, secret: 0 }, at: now };
-      counts.set(s, c);
-      for (const r of rows) {
-        if (r.term !== s) continue;
-        if (r.col === '*') c.all = Number(r.doc);
-        else if ((RAISED_LEVELS as readonly string[]).includes(r.col)) c.raised[r.col as (typeof RAISED_LEVELS)[number]] = Number(r.doc);
-      }
-      if (c.all >= CACHE_FROM) cache.set(`${workspaceId}|${s}`, c);
+      const n = found.get(s) ?? 0;
+      counts.set(s, n);
+      if (n >= CACHE_FROM) cache.set(key(s), { n, at: now });
     }
   }
   return new Map(terms.map((t, i) => [t, counts.get(stems[i]!)!]));

@@ -2,8 +2,7 @@ import type { CoreContext } from '../core/context.js';
 import { badRequest, forbidden } from '../core/errors.js';
 import { hasActionWithin } from '../policy/access.js';
 import type { Principal } from '../policy/principal.js';
-import { keywordCandidates, vectorCandidates, widestCeiling, type Candidate, type Scope } from './candidates.js';
-import { atOrBelow, LEVELS } from '../policy/sensitivity.js';
+import { keywordCandidates, reachSql, vectorCandidates, widestCeiling, type Candidate, type Scope } from './candidates.js';
 import { keywordPlan, termDocCounts } from './keyword-plan.js';
 import { EmbeddingUnavailableError } from './embeddings/provider.js';
 import { boostAndSort, fuse, VECTOR_FLOOR, type Fused } from './hybrid.js';
@@ -87,7 +86,7 @@ function byPage(list: Candidate[]): Candidate[] {
  */
 export async function keywordList(ctx: CoreContext, p: Principal, scope: Scope, terms: string[], limit = CANDIDATES): Promise<KeywordList> {
   if (terms.length === 0) return [];
-  const counted = { workspaceId: p.workspaceId, levels: LEVELS.filter((l) => atOrBelow(l, widestCeiling(p, scope.action) ?? 'public')) };
+  const counted = { workspaceId: p.workspaceId, ceiling: widestCeiling(p, scope.action) ?? 'public', visibility: reachSql(p, scope.action) ?? undefined };
   // One count per word serves every plan and the "weak" test below.
   const docs = await termDocCounts(ctx.store, terms, counted);
   const run = async (op: 'AND' | 'OR', words: string[]) => {

@@ -119,4 +119,43 @@ describe.each(testEngines())('trust: search is no oracle (%s)', (engine) => {
     // The owner sees the secret pages; the viewer's answers said nothing of them.
     expect((await search(a, 'moonquill', 'fts')).hits).toHaveLength(4);
   });
+
+  it("a viewer's order does not move when secret pages or secret blocks use the query's words", async () => {
+    const pages: [string, string][] = [
+      ['lvorder/heavy-glint.md', '# Uno\n\nglintarch glintarch glintarch glintarch sorrelbay.\n'],
+      ['lvorder/heavy-sorrel.md', '# Dos\n\nsorrelbay sorrelbay sorrelbay sorrelbay glintarch.\n'],
+    ];
+    for (let i = 0; i < 4; i++) pages.push([`lvorder/sorrel-${i}.md`, `# Filler ${i}\n\nsorrelbay alone, note ${i}.\n`]);
+    for (const [path, content] of pages) expect((await a.post('/api/v1/nodes', { path, content: `---\nsensitivity: public\n---\n${content}` })).status).toBe(201);
+    const order = async () => (await aViewer.get('/api/v1/search?q=glintarch%20sorrelbay&mode=fts&limit=10')).body.results.map((h: { path: string }) => h.path);
+    const before = await order();
+    expect(before).toEqual(['lvorder/heavy-glint.md', 'lvorder/heavy-sorrel.md']);
+    // Secret pages, and secret blocks in a public page, make glintarch the common word overall.
+    for (let i = 0; i < 20; i++) {
+      expect((await a.post('/api/v1/nodes', { path: `lvault/g${i}.md`, content: `---\nsensitivity: secret\n---\n# Vault ${i}\n\nglintarch ${i}.\n` })).status).toBe(201);
+    }
+    const blocks = Array.from({ length: 20 }, (_, i) => `## Part ${i}\n\n::: secret\nglintarch hidden ${i}.\n:::\n`).join('\n');
+    expect((await a.post('/api/v1/nodes', { path: 'lvorder/blocks.md', content: `---\nsensitivity: public\n---\n# Blocks\n\n${blocks}` })).status).toBe(201);
+    expect(await order()).toEqual(before);
+    // The owner, who reads them, sees them.
+    expect((await a.get('/api/v1/search?q=glintarch&mode=fts&limit=50')).body.results.length).toBeGreaterThan(20);
+  });
+
+  it("an agent with a grant on one Space: pages elsewhere neither crowd out its results nor change its scores", async () => {
+    const key = await a.post('/api/v1/principals', { name: 'scoped', ceiling: 'internal', grants: [{ action: 'search', scope: 'scoped', ceiling: 'internal' }, { action: 'read', scope: 'scoped', ceiling: 'internal' }] });
+    expect(key.status, key.text).toBe(201);
+    const tok = (await a.post(`/api/v1/principals/${key.body.id}/tokens`, { name: 'k' })).body.key as string;
+    const agent = new Client(s.url, tok);
+    expect((await a.post('/api/v1/nodes', { path: 'scoped/notes.md', content: '# Notes\n\nA numbat once, and the kettle water boils.\n' })).status).toBe(201);
+    const fts = async () => (await agent.get('/api/v1/search?q=numbat&mode=fts&limit=10')).body.results.map((h: { path: string }) => h.path);
+    const weak = async () => (await agent.get('/api/v1/search?q=kettle%20water%20quarvelian&mode=hybrid&limit=10')).body.results.map((h: { path: string; score: number }) => [h.path, h.score]);
+    expect(await fts()).toEqual(['scoped/notes.md']);
+    const weakBefore = await weak();
+    // Outside its grant: many pages that bm25 prefers, and the word its query lacks.
+    for (let i = 0; i < 25; i++) {
+      expect((await a.post('/api/v1/nodes', { path: `elsewhere/n${i}.md`, content: `---\ntitle: Numbat ${i}\n---\n# Numbat ${i}\n\nnumbat numbat numbat quarvelian.\n` })).status).toBe(201);
+    }
+    expect(await fts()).toEqual(['scoped/notes.md']);
+    expect(await weak()).toEqual(weakBefore);
+  });
 });
