@@ -1,30 +1,21 @@
 import fastifyCookie from '@fastify/cookie';
 import fastifySwagger from '@fastify/swagger';
-import { requestSerializer } from './http/log-redact.js';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { jsonSchemaTransform, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
 import type { CoreContext } from './core/context.js';
 import { notFound } from './core/errors.js';
-import { registerAuth } from './http/auth.js';
+import { authFace } from './http/auth-face.js';
 import { trustProxyOption } from './http/client-ip.js';
+import { healthFace } from './http/health-face.js';
 import { registerHostCheck } from './http/hosts.js';
 import { registerRateLimits } from './http/limits.js';
-import { sendError, toServiceError } from './http/errors.js';
-import { authRoutes } from './http/routes/auth.js';
-import { healthRoutes } from './http/routes/health.js';
-import { inboxRoutes } from './http/routes/inbox.js';
-import { meRoutes } from './http/routes/me.js';
-import { nodeRoutes } from './http/routes/nodes.js';
-import { principalRoutes } from './http/routes/principals.js';
-import { proposalRoutes } from './http/routes/proposals.js';
-import { retrievalRoutes } from './http/routes/retrieval.js';
-import { securityRoutes } from './http/routes/security.js';
-import { spaceRoutes } from './http/routes/spaces.js';
-import { threadRoutes } from './http/routes/threads.js';
-import { workspaceRoutes } from './http/routes/workspaces.js';
-import { mcpRoutes } from './mcp/index.js';
+import { requestSerializer } from './http/log-redact.js';
+import { restFace } from './http/rest-face.js';
+import { decoratePrincipal } from './http/shared/caller.js';
+import { sendError, toServiceError } from './http/shared/errors.js';
+import { mcpFace } from './mcp/face.js';
 import { VERSION } from './version.js';
-import { webPages } from './web/pages.js';
+import { webFace } from './web/face.js';
 
 /** Request bodies above this are refused before parsing; page content has its own 1 MiB limit. */
 export const BODY_LIMIT = 3 * 1024 * 1024;
@@ -33,6 +24,8 @@ declare module 'fastify' {
   interface FastifyInstance {
     /** `METHOD /path` of every route, for the OpenAPI completeness test and operators. */
     routeList: string[];
+    /** The core every face calls: decorated once on the root, read by each face when it is registered. */
+    ctx: CoreContext;
   }
 }
 
@@ -84,26 +77,22 @@ export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise
     },
     transform: jsonSchemaTransform,
   });
-  // Order matters: host check, then per-IP limits, then who is calling (per-principal limits follow it).
+  app.decorate('ctx', ctx);
+  decoratePrincipal(app);
+
+  // Hooks of every URL, unknown ones included. Order matters: host check, then per-IP limits,
+  // then (inside the faces) who is calling, then per-principal limits (preParsing). The limits
+  // stay here, not in the faces: their buckets are keyed by URL so that unknown routes and faces
+  // not built yet (git, OAuth) are counted too, and /mcp shares the /api/v1 bucket.
   registerHostCheck(app, ctx.config);
   registerRateLimits(app, ctx);
-  registerAuth(app, ctx);
 
-  await healthRoutes(app, ctx);
-  await authRoutes(app, ctx);
-  await meRoutes(app, ctx);
-  await principalRoutes(app, ctx);
-  await securityRoutes(app, ctx);
-  await spaceRoutes(app, ctx);
-  await nodeRoutes(app, ctx);
-  await retrievalRoutes(app, ctx);
-  await proposalRoutes(app, ctx);
-  await threadRoutes(app, ctx);
-  await inboxRoutes(app, ctx);
-  await workspaceRoutes(app, ctx);
-  await webPages(app, ctx);
-  await mcpRoutes(app, ctx);
-
-  app.get('/api/v1/openapi.json', { config: { auth: 'public' }, schema: { hide: true } }, async () => app.swagger());
+  // The faces, each an encapsulated plugin: its hooks, parsers and error handler stay inside it.
+  // The order is the order of the OpenAPI document.
+  await app.register(healthFace);
+  await app.register(authFace);
+  await app.register(restFace, { prefix: '/api/v1' });
+  await app.register(webFace);
+  await app.register(mcpFace);
   return app;
 }

@@ -307,7 +307,7 @@ function toPages(space: string, chapterSlug: string, file: string, pkg: string, 
     if (!cur) return;
     const body = cur.parts.join('\n\n');
     if (body.replace(/[#*`\s]/g, '').length >= MIN_BODY) {
-      let name = slug(/^id[-.]/.test(cur.id) ? cur.title : cur.id.replace(/^_/, '') || cur.title);
+      const name = slug(/^id[-.]/.test(cur.id) ? cur.title : cur.id.replace(/^_/, '') || cur.title);
       let p = `${space}/${chapterSlug}/${name}.md`;
       for (let k = 2; used.has(p); k++) p = `${space}/${chapterSlug}/${name}-${k}.md`;
       used.add(p);

@@ -22,7 +22,6 @@ function checkSegment(seg: string, what: string): void {
 function checkRaw(raw: string, what: string): void {
   if (raw.length === 0) throw badRequest(`${what} is empty`, 'invalid_path');
   if (raw.length > PATH_LIMITS.maxLength) throw badRequest(`${what} is longer than ${PATH_LIMITS.maxLength} characters`, 'invalid_path');
-  // eslint-disable-next-line no-control-regex
   if (/[\u0000-\u001f\u007f]/.test(raw)) throw badRequest(`${what} contains a control character`, 'invalid_path');
   if (raw.includes('\\')) throw badRequest(`${what} contains a backslash; use '/'`, 'invalid_path');
   if (raw.startsWith('/')) throw badRequest(`${what} must be relative (no leading '/')`, 'invalid_path');

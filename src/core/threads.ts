@@ -2,6 +2,7 @@ import { ulid } from 'ulid';
 import { canReadPage, enforce, type PageFacts } from '../policy/pages.js';
 import type { Principal } from '../policy/principal.js';
 import { afterPost, decidePost, decidePostWhenLocked, decideUnlock } from '../policy/threads.js';
+import { findReadablePage } from '../retrieval/lookup.js';
 import type { Executor } from '../store/db.js';
 import type { PagesTable, ThreadMessagesTable } from '../store/schema.js';
 import { inTransaction } from '../store/tx.js';
@@ -9,7 +10,6 @@ import { appendAudit } from './audit.js';
 import type { CoreContext } from './context.js';
 import { badRequest } from './errors.js';
 import { pushEvents, type NewEvent } from './inbox-events.js';
-import { findReadablePage } from './pages/lookup.js';
 import { loadPrincipals, workspacePrincipals, type WorkspacePrincipal } from './principal-loader.js';
 
 /**

@@ -12,7 +12,7 @@ import { clientKey } from './client-ip.js';
  *   counted before it is checked, and routes that do not exist yet are covered by URL):
  *   login (password login, TOTP verify, step-up, the HTML login forms), sign-up (the three
  *   sign-up paths and the HTML invite form), git, OAuth registration, OAuth token.
- * - Per principal, in a preParsing hook (after the onRequest auth hook, before a body is read):
+ * - Per principal, in a preParsing hook (after the faces' caller hooks, before a body is read):
  *   every /api/v1 request, plus bundle and import on top. A request without a principal (public
  *   route, unknown route) counts under its IP. A request refused by authentication never gets
  *   here (credentials are unguessable; the limit is about what a known caller may consume).
@@ -116,7 +116,8 @@ export interface RateLimitOptions {
 
 /**
  * Registers the spec §8 limits, or — when RATE_LIMITS=off — registers nothing and logs one loud
- * warning. Register after the host check and before authentication. A breach answers 429
+ * warning. Register on the root instance, after the host check and before the faces (whose hooks
+ * resolve the caller): the rules are keyed by URL, so one hook covers every face and unknown URLs. A breach answers 429
  * `rate_limited` with `Retry-After` (whole seconds, ≥ 1); every limited route also answers
  * `RateLimit-Limit` (the bucket size) and `RateLimit-Remaining` (whole requests left) of its
  * tightest bucket. A failing store lets the request through and is logged once per outage.

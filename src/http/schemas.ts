@@ -3,15 +3,10 @@ import { ACTIONS } from '../policy/principal.js';
 import { LEVELS } from '../policy/sensitivity.js';
 import { ARCHIVE_REASONS } from '../core/pages/content.js';
 
-/** Shared request and response schemas of the REST face; the OpenAPI document is generated from them. */
-
-export const ErrorBody = z
-  .object({
-    error: z.object({ code: z.string(), message: z.string() }),
-    code: z.string(),
-  })
-  .catchall(z.unknown())
-  .describe('Every error: the code is repeated at the top level');
+/**
+ * Shared request and response schemas of the REST face; the OpenAPI document is generated from them.
+ * The error body and the body helpers every JSON face uses are in shared/schemas.ts.
+ */
 
 export const Level = z.enum(LEVELS);
 export const ArchiveReason = z.enum(ARCHIVE_REASONS);
@@ -150,19 +145,7 @@ export const TreeFolderSchema: z.ZodType<TreeFolderShape> = z.lazy(() =>
   }),
 );
 
-/** Errors a route may answer, for the OpenAPI document. */
-export function errors(...statuses: number[]): Record<number, typeof ErrorBody> {
-  const out: Record<number, typeof ErrorBody> = {};
-  for (const s of statuses) out[s] = ErrorBody;
-  return out;
-}
-
 /** Query-string booleans: `true`/`1` and `false`/`0`. */
 export const QueryBool = z
   .enum(['true', 'false', '1', '0'])
   .transform((v) => v === 'true' || v === '1');
-
-/** A body that may be left out entirely (no content): it is then read as `{}`. */
-export function optionalBody<T extends z.ZodType>(schema: T) {
-  return z.preprocess((v) => v ?? {}, schema);
-}

@@ -1,5 +1,5 @@
 import { Document, isMap, parseDocument as parseYaml, stringify as stringifyYaml } from 'yaml';
-import { badRequest } from '../core/errors.js';
+import { badRequest } from '../errors/index.js';
 
 /** A page split into its YAML frontmatter and its markdown body. */
 export interface ParsedDocument {

@@ -1,4 +1,4 @@
-import { forbidden } from '../core/errors.js';
+import { forbidden } from '../errors/index.js';
 import { ceilingFor } from './access.js';
 import type { Decision, PageFacts } from './pages.js';
 import type { Principal } from './principal.js';

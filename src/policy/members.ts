@@ -1,4 +1,4 @@
-import { conflict, forbidden, ServiceError } from '../core/errors.js';
+import { conflict, forbidden, ServiceError } from '../errors/index.js';
 import type { Role } from './principal.js';
 
 /**

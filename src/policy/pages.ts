@@ -1,4 +1,4 @@
-import { forbidden, ServiceError } from '../core/errors.js';
+import { forbidden, ServiceError } from '../errors/index.js';
 import { ceilingFor, hasStepUp, scopeCovers, visibleUnder } from './access.js';
 import type { Principal } from './principal.js';
 import { atOrBelow, isLevel, type Level } from './sensitivity.js';

@@ -1,4 +1,4 @@
-import { forbidden } from '../core/errors.js';
+import { forbidden } from '../errors/index.js';
 import { ceilingFor, hasStepUp } from './access.js';
 import { canReadInFull, canReadPage, decideWrite, type Decision, type PageFacts } from './pages.js';
 import type { Principal } from './principal.js';

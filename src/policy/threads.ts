@@ -1,4 +1,4 @@
-import { ServiceError, forbidden } from '../core/errors.js';
+import { ServiceError, forbidden } from '../errors/index.js';
 import { ceilingFor } from './access.js';
 import type { Decision, PageFacts } from './pages.js';
 import type { Principal } from './principal.js';

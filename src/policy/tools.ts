@@ -1,4 +1,4 @@
-import { forbidden } from '../core/errors.js';
+import { forbidden } from '../errors/index.js';
 import { hasActionWithin } from './access.js';
 import type { Decision } from './pages.js';
 import type { Action, Principal } from './principal.js';

@@ -1,5 +1,5 @@
-import type { CoreContext } from '../core/context.js';
-import { badRequest, forbidden } from '../core/errors.js';
+import type { RetrievalContext } from './context.js';
+import { badRequest, forbidden } from '../errors/index.js';
 import { hasActionWithin } from '../policy/access.js';
 import type { Principal } from '../policy/principal.js';
 import { clusterPath, visible, type Candidate, type Scope } from './candidates.js';
@@ -93,7 +93,7 @@ function sectionBlock(c: Pick<Candidate, 'title' | 'heading' | 'path' | 'page_id
  * by the pages they link to, packed greedily into `budget_tokens` counted with the real
  * tokenizer. The markdown never exceeds the budget; each section carries its source.
  */
-export async function buildBundle(ctx: CoreContext, p: Principal, opts: BundleOptions): Promise<Bundle> {
+export async function buildBundle(ctx: RetrievalContext, p: Principal, opts: BundleOptions): Promise<Bundle> {
   const intent = opts.intent.trim();
   if (intent === '') throw badRequest('The intent is empty', 'invalid_intent');
   if (!Number.isInteger(opts.budgetTokens) || opts.budgetTokens < BUNDLE_MIN_TOKENS || opts.budgetTokens > BUNDLE_MAX_TOKENS) {
@@ -182,7 +182,7 @@ function inScope(scope: Scope, r: { space: string; cluster_path: string }): bool
 }
 
 /** The first visible section of each page the picked pages link to (links inside hidden blocks are not followed). */
-async function linkedSections(ctx: CoreContext, p: Principal, scope: Scope, picked: BundleSection[]): Promise<{ c: Candidate; score: number }[]> {
+async function linkedSections(ctx: RetrievalContext, p: Principal, scope: Scope, picked: BundleSection[]): Promise<{ c: Candidate; score: number }[]> {
   const sources = [...new Map(picked.filter((s) => s.via === 'rank').map((s) => [s.id, s.score])).entries()];
   if (sources.length === 0) return [];
   const db = ctx.store.db;

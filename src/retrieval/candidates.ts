@@ -1,5 +1,5 @@
 import { sql, type RawBuilder } from 'kysely';
-import type { CoreContext } from '../core/context.js';
+import type { RetrievalContext } from './context.js';
 import { ceilingFor } from '../policy/access.js';
 import type { Action, Principal } from '../policy/principal.js';
 import { atOrBelow, isLevel, LEVELS, rank, type Level } from '../policy/sensitivity.js';
@@ -150,7 +150,7 @@ function allowedLevels(p: Principal, action: Action): Level[] | null {
  * PostgreSQL), so the statement's text, and its cached prepared statement, is the same
  * whatever the number of windows.
  */
-function windowList(ctx: CoreContext, hits: { pageId: string; ord: number; last: number }[]): RawBuilder<unknown> {
+function windowList(ctx: RetrievalContext, hits: { pageId: string; ord: number; last: number }[]): RawBuilder<unknown> {
   if (ctx.store.dialect === 'postgres') {
     return sql`unnest(${hits.map((h) => h.pageId)}::text[], ${hits.map((h) => h.ord)}::int[], ${hits.map((h) => h.last)}::int[]) as j(page_id, ord, last)`;
   }
@@ -159,13 +159,13 @@ function windowList(ctx: CoreContext, hits: { pageId: string; ord: number; last:
 }
 
 /** More than `n` sections of the workspace match (counting stops at n + 1, and scores nothing). */
-async function matchesMoreThan(ctx: CoreContext, fts: RawBuilder<unknown>, match: string, n: number): Promise<boolean> {
+async function matchesMoreThan(ctx: RetrievalContext, fts: RawBuilder<unknown>, match: string, n: number): Promise<boolean> {
   const r = await sql<{ n: number }>`select count(*) as n from (select 1 from ${fts} where ${fts} match ${match} limit ${n + 1})`.execute(ctx.store.db);
   return Number(r.rows[0]?.n ?? 0) > n;
 }
 
 /** Keyword-matching sections, best first, that the caller may see (at most `limit`). */
-export async function keywordCandidates(ctx: CoreContext, p: Principal, scope: Scope, plan: KeywordPlan, limit: number): Promise<Candidate[]> {
+export async function keywordCandidates(ctx: RetrievalContext, p: Principal, scope: Scope, plan: KeywordPlan, limit: number): Promise<Candidate[]> {
   const { terms, op } = plan;
   const allowed = allowedLevels(p, scope.action);
   if (allowed === null || terms.length === 0) return [];
@@ -236,7 +236,7 @@ export async function keywordCandidates(ctx: CoreContext, p: Principal, scope: S
  * first (at most `limit`). The matrix holds every section of the workspace; rows are looked up
  * in batches until enough pass the filters or the matrix is exhausted.
  */
-export async function vectorCandidates(ctx: CoreContext, p: Principal, scope: Scope, query: Float32Array, limit: number): Promise<Candidate[]> {
+export async function vectorCandidates(ctx: RetrievalContext, p: Principal, scope: Scope, query: Float32Array, limit: number): Promise<Candidate[]> {
   const allowed = allowedLevels(p, scope.action);
   if (allowed === null) return [];
   const m = await ctx.retrieval.matrix(p.workspaceId);

@@ -82,9 +82,9 @@ export interface CountScope {
  * The plan changes what a caller sees, so no other workspace's pages and no page the caller
  * cannot see may move it (issue 11). The count is the vocabulary of the caller's keyword table,
  * which holds only the workspace's sections at or below its ceiling: exact for a caller that
- * sees every such section. For a caller whose reach is narrower (`visibility`), that count is an
- * upper bound and the sections it may see are counted, stopping past COMMON_DOCS (past it a
- * count only says "common").
+ * sees every such section. For a caller whose reach is narrower (`visibility`), the sections it
+ * may reach are counted, stopping past COMMON_DOCS (past it a count only says "common"), and
+ * uncached.
  */
 export async function termDocCounts(store: Store, terms: string[], scope: CountScope): Promise<Map<string, number> | null> {
   const table = await tableCounts(store, terms, scope.workspaceId, scope.ceiling);
@@ -92,6 +92,9 @@ export async function termDocCounts(store: Store, terms: string[], scope: CountS
   const fts = keywordTable(scope.workspaceId, scope.ceiling);
   const out = new Map<string, number>();
   for (const t of terms) {
+    // A table count of 0 is never cached, so it is current: nothing to count. Any other table
+    // count may be a cached one and must not bound this one (it counts sections the caller
+    // cannot reach).
     const bound = table.get(t)!;
     if (bound === 0 || out.has(t)) {
       out.set(t, out.get(t) ?? 0);
@@ -103,7 +106,7 @@ export async function termDocCounts(store: Store, terms: string[], scope: CountS
     const r = await sql<{ n: number }>`select count(*) as n from (
       select 1 from ${fts} f cross join page_sections s cross join pages p
       where f.${fts} match ${match} and s.id = f.rowid and p.id = s.page_id and ${scope.visibility}
-      limit ${Math.min(bound, COMMON_DOCS) + 1})`.execute(store.db);
+      limit ${COMMON_DOCS + 1})`.execute(store.db);
     out.set(t, Number(r.rows[0]?.n ?? 0));
   }
   return out;

@@ -1,10 +1,10 @@
-import type { CoreContext } from '../core/context.js';
-import { findReadablePage } from '../core/pages/lookup.js';
 import { blockVisibility, canReadPage } from '../policy/pages.js';
 import { isLevel } from '../policy/sensitivity.js';
 import type { Principal } from '../policy/principal.js';
 import type { PagesTable } from '../store/schema.js';
+import type { RetrievalContext } from './context.js';
 import { pageKeys } from './links.js';
+import { findReadablePage } from './lookup.js';
 
 /** A page in a backlinks or related list, with why it is there. */
 export interface RelatedEntry {
@@ -49,7 +49,7 @@ function quoteLink(l: { kind: string; target: string }): string {
 }
 
 /** Pages (readable by the caller) whose links reach `page`: by id, or by a name it answers to. */
-async function backlinksOf(ctx: CoreContext, p: Principal, page: PagesTable, limit?: number): Promise<RelatedEntry[]> {
+async function backlinksOf(ctx: RetrievalContext, p: Principal, page: PagesTable, limit?: number): Promise<RelatedEntry[]> {
   const db = ctx.store.db;
   const keys = pageKeys(page.path, page.title);
   const rows = await db
@@ -74,13 +74,13 @@ async function backlinksOf(ctx: CoreContext, p: Principal, page: PagesTable, lim
 }
 
 /** GET /api/v1/nodes/:id/backlinks: pages linking to this one that the caller may read. */
-export async function pageBacklinks(ctx: CoreContext, p: Principal, ref: string): Promise<{ id: string; path: string; backlinks: RelatedEntry[] }> {
+export async function pageBacklinks(ctx: RetrievalContext, p: Principal, ref: string): Promise<{ id: string; path: string; backlinks: RelatedEntry[] }> {
   const page = await findReadablePage(ctx.store.db, p, ref);
   return { id: page.id, path: page.path, backlinks: await backlinksOf(ctx, p, page) };
 }
 
 /** GET /api/v1/nodes/:id/related: its links, backlinks, folder neighbours and pages sharing tags, each readable by the caller. */
-export async function relatedPages(ctx: CoreContext, p: Principal, ref: string): Promise<RelatedResult> {
+export async function relatedPages(ctx: RetrievalContext, p: Principal, ref: string): Promise<RelatedResult> {
   const db = ctx.store.db;
   const page = await findReadablePage(db, p, ref);
 

@@ -1,5 +1,5 @@
-import type { CoreContext } from '../core/context.js';
-import { badRequest, forbidden } from '../core/errors.js';
+import type { RetrievalContext } from './context.js';
+import { badRequest, forbidden } from '../errors/index.js';
 import { hasActionWithin } from '../policy/access.js';
 import type { Principal } from '../policy/principal.js';
 import { keywordCandidates, reachSql, vectorCandidates, widestCeiling, type Candidate, type Scope } from './candidates.js';
@@ -84,7 +84,7 @@ function byPage(list: Candidate[]): Candidate[] {
  * which has no cheap word counts, any fallback). Each query is planned within the scoring budget
  * (keywordPlan); a bounded plan that leaves almost nothing in scope is run again unbounded.
  */
-export async function keywordList(ctx: CoreContext, p: Principal, scope: Scope, terms: string[], limit = CANDIDATES): Promise<KeywordList> {
+export async function keywordList(ctx: RetrievalContext, p: Principal, scope: Scope, terms: string[], limit = CANDIDATES): Promise<KeywordList> {
   if (terms.length === 0) return [];
   const counted = { workspaceId: p.workspaceId, ceiling: widestCeiling(p, scope.action) ?? 'public', visibility: reachSql(p, scope.action) ?? undefined };
   // One count per word serves every plan and the "weak" test below.
@@ -109,7 +109,7 @@ const BOUNDED_MIN = 20;
 export type KeywordList = Candidate[] & { weak?: boolean; anyWord?: boolean };
 
 /** Vector sections at or above VECTOR_FLOOR, or null when the provider cannot embed the query now. */
-export async function vectorList(ctx: CoreContext, p: Principal, scope: Scope, q: string, limit = CANDIDATES): Promise<Candidate[] | null> {
+export async function vectorList(ctx: RetrievalContext, p: Principal, scope: Scope, q: string, limit = CANDIDATES): Promise<Candidate[] | null> {
   let qv: Float32Array;
   try {
     qv = await ctx.retrieval.embedQuery(q);
@@ -124,13 +124,13 @@ export async function vectorList(ctx: CoreContext, p: Principal, scope: Scope, q
  * The hybrid ranking of two lists of the same items (pages for search, sections for the
  * bundle, told apart by `key`): fused, then boosted by title and freshness. Best first.
  */
-export async function rankHybrid(ctx: CoreContext, p: Principal, kw: KeywordList, vec: Candidate[], key: (c: Candidate) => string, terms: string[]): Promise<Fused<Candidate>[]> {
+export async function rankHybrid(ctx: RetrievalContext, p: Principal, kw: KeywordList, vec: Candidate[], key: (c: Candidate) => string, terms: string[]): Promise<Fused<Candidate>[]> {
   const fused = fuse(kw, vec, key, vec[0]?.score ?? 0, kw.weak === true, kw.anyWord === true);
   return boostAndSort(fused, terms, await halfLives(ctx, p.workspaceId));
 }
 
 /** Half-life of a page's folder: the nearest folder up its path that sets one. */
-export async function halfLives(ctx: CoreContext, workspaceId: string): Promise<(clusterPath: string) => number | null> {
+export async function halfLives(ctx: RetrievalContext, workspaceId: string): Promise<(clusterPath: string) => number | null> {
   const rows = await ctx.store.db
     .selectFrom('folders')
     .select(['path', 'half_life_days'])
@@ -153,7 +153,7 @@ export async function halfLives(ctx: CoreContext, workspaceId: string): Promise<
  * the caller's search ceiling never appear, and a section inside a `::: level` block above it
  * neither matches nor gives a snippet.
  */
-export async function searchPages(ctx: CoreContext, p: Principal, opts: SearchOptions): Promise<SearchResult> {
+export async function searchPages(ctx: RetrievalContext, p: Principal, opts: SearchOptions): Promise<SearchResult> {
   if (opts.q.trim() === '') throw badRequest('The query q is empty', 'invalid_query');
   if (!hasActionWithin(p, 'search', '*')) throw forbidden('No search grant');
   const scope: Scope = { action: 'search', space: opts.space, cluster: opts.cluster, tags: opts.tags, includeArchived: opts.includeArchived };

@@ -104,3 +104,10 @@ export function sendPage(reply: FastifyReply, status: number, title: string, bod
   setPageHeaders(reply);
   return reply.code(status).type('text/html; charset=utf-8').send(layout(title, body).value);
 }
+
+/** A heading, one message (announced as an alert) and a row of links: every notice and error page. */
+export function messageBody(title: string, message: string, links: { href: string; text: string }[] = []): SafeHtml {
+  return html`<h1>${title}</h1>
+<p role="alert">${message}</p>
+${links.length ? html`<p>${links.map((l, i) => html`${i ? html` · ` : ''}<a href="${l.href}">${l.text}</a>`)}</p>` : ''}`;
+}

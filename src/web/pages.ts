@@ -1,4 +1,3 @@
-import fastifyFormbody from '@fastify/formbody';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { authenticate, type Credentials } from '../auth/resolve.js';
@@ -10,25 +9,22 @@ import { isServiceError, unauthorized, type ServiceError } from '../core/errors.
 import { acceptInvite, describeInvite } from '../core/invites.js';
 import { enrollTotp, verifyLoginCode } from '../core/second-factor.js';
 import { workspacesOf } from '../core/workspaces.js';
-import { sendError, toServiceError } from '../http/errors.js';
-import { setSessionCookies } from '../http/routes/auth.js';
+import { setSessionCookies } from '../http/shared/session-cookies.js';
 import type { Principal } from '../policy/principal.js';
-import { html, sendPage, setPageHeaders, type SafeHtml } from './html.js';
+import { html, messageBody, sendPage, type SafeHtml } from './html.js';
 
 /**
- * The server-rendered HTML face: GET/POST /login, POST /login/totp, GET/POST /invite/:token.
+ * The pages of the HTML face (face.ts): GET/POST /login, POST /login/totp, GET/POST /invite/:token.
  *
- * CSRF: an HTML form cannot send the X-CSRF-Token header, so these routes are `auth: 'public'`
- * for the auth hook and carry the token as the hidden form field `csrf` instead:
+ * CSRF: an HTML form cannot send the X-CSRF-Token header, so these pages resolve the session
+ * themselves (the JSON faces' caller hook is not in this face; the routes say `auth: 'public'`)
+ * and carry the token as the hidden form field `csrf` instead:
  *  - before a session exists (login, invite sign-up) it is a double submit of the `svc_csrf`
  *    cookie, which GET /login and the invite page set (or reuse) and embed;
  *  - with a session (TOTP step, invite accept) the field goes to `authenticate()` as the
  *    header would, so it must equal the session's own token and the `svc_csrf` cookie.
  * Faces are thin: every decision is made by the core functions these handlers call.
  */
-
-/** Form bodies above this are refused (413); every field has its own, smaller cap (400). */
-export const FORM_BODY_LIMIT = 64 * 1024;
 
 const TOKEN_RE = /^[A-Za-z0-9_-]{20,200}$/;
 const INVITE_TOKEN_RE = /^[A-Za-z0-9_-]{1,200}$/;
@@ -142,12 +138,6 @@ ${hidden('csrf', v.csrf)}${hidden('next', v.next)}
 <p class="muted"><a href="${withNext('/login', v.next)}">Start over</a></p>`;
 }
 
-function messageBody(title: string, message: string, links: { href: string; text: string }[] = []): SafeHtml {
-  return html`<h1>${title}</h1>
-<p role="alert">${message}</p>
-${links.length ? html`<p>${links.map((l, i) => html`${i ? html` · ` : ''}<a href="${l.href}">${l.text}</a>`)}</p>` : ''}`;
-}
-
 const ROLE_TEXT: Record<string, string> = { owner: 'an owner', editor: 'an editor', viewer: 'a viewer' };
 
 /* --------------------------------------------------------------- sessions */
@@ -217,175 +207,155 @@ const CSRF_MESSAGE = 'This form has expired or did not come from this site. Plea
 
 /* ----------------------------------------------------------------- routes */
 
-export async function webPages(app: FastifyInstance, ctx: CoreContext): Promise<void> {
-  await app.register(async (web) => {
-    // Form bodies are parsed only in this plugin (fastify-plugin scopes the parser to it).
-    await web.register(fastifyFormbody, { bodyLimit: FORM_BODY_LIMIT });
-    web.addHook('onRequest', async (_req, reply) => setPageHeaders(reply));
-    // Whatever goes wrong before a handler (bad body, rate limit, host check, a bug) answers a
-    // page to a browser (Accept: text/html) and the usual JSON error body to anything else.
-    web.setErrorHandler((err, req, reply) => {
-      const e = toServiceError(err, req);
-      if (!/\btext\/html\b/i.test(req.headers.accept ?? '')) {
-        setPageHeaders(reply);
-        return sendError(reply, e);
-      }
-      const message =
-        e.status >= 500
-          ? 'Something went wrong on our side. It has been logged; please try again.'
-          : e.code === 'invalid_request' || e.code === 'invalid_json'
-            ? 'The form was incomplete or malformed. Go back, fill in every field and try again.'
-            : e.message;
-      return sendPage(reply, e.status, 'Something went wrong', messageBody('Something went wrong', message, [{ href: '/login', text: 'Sign in' }]));
-    });
+/** The page routes; face.ts parses their form bodies, sets their headers and renders their errors. */
+export async function pageRoutes(web: FastifyInstance, ctx: CoreContext): Promise<void> {
+  const opts = { config: { auth: 'public' as const }, schema: { hide: true } };
 
-    const opts = { config: { auth: 'public' as const }, schema: { hide: true } };
-
-    async function loginPage(req: FastifyRequest, reply: FastifyReply, status: number, v: Omit<LoginView, 'csrf' | 'signedIn'> & { csrf?: string }) {
-      const who = await signedIn(ctx, req);
-      let signedInView: LoginView['signedIn'];
-      if (who && who !== 'stale') {
-        const ws = (await workspacesOf(ctx.store.db, who.p.id)).find((w) => w.id === who.p.workspaceId);
-        signedInView = { name: who.p.name, workspace: ws?.name ?? who.p.workspaceSlug };
-      }
-      const csrf = v.csrf ?? formToken(ctx, req, reply);
-      return sendPage(reply, status, 'Sign in', loginBody({ ...v, csrf, signedIn: signedInView }));
+  async function loginPage(req: FastifyRequest, reply: FastifyReply, status: number, v: Omit<LoginView, 'csrf' | 'signedIn'> & { csrf?: string }) {
+    const who = await signedIn(ctx, req);
+    let signedInView: LoginView['signedIn'];
+    if (who && who !== 'stale') {
+      const ws = (await workspacesOf(ctx.store.db, who.p.id)).find((w) => w.id === who.p.workspaceId);
+      signedInView = { name: who.p.name, workspace: ws?.name ?? who.p.workspaceSlug };
     }
+    const csrf = v.csrf ?? formToken(ctx, req, reply);
+    return sendPage(reply, status, 'Sign in', loginBody({ ...v, csrf, signedIn: signedInView }));
+  }
 
-    /** After the last login step: the full-lifetime cookies are set; go to `next` or the signed-in page. */
-    function finish(reply: FastifyReply, next: string | undefined) {
-      return reply.code(303).header('location', next ?? '/login').send();
+  /** After the last login step: the full-lifetime cookies are set; go to `next` or the signed-in page. */
+  function finish(reply: FastifyReply, next: string | undefined) {
+    return reply.code(303).header('location', next ?? '/login').send();
+  }
+
+  web.get('/login', opts, async (req, reply) => {
+    const next = safeNext(field(req.query, 'next'));
+    return loginPage(req, reply, 200, { next });
+  });
+
+  web.post('/login', opts, async (req, reply) => {
+    const next = safeNext(field(req.body, 'next'));
+    const form = LoginForm.safeParse(req.body);
+    if (!form.success) {
+      const email = field(req.body, 'email');
+      return loginPage(req, reply, 400, {
+        next,
+        email: typeof email === 'string' && email.length <= 254 ? email : undefined,
+        error: 'Enter your email address and your password.',
+      });
     }
-
-    web.get('/login', opts, async (req, reply) => {
-      const next = safeNext(field(req.query, 'next'));
-      return loginPage(req, reply, 200, { next });
-    });
-
-    web.post('/login', opts, async (req, reply) => {
-      const next = safeNext(field(req.body, 'next'));
-      const form = LoginForm.safeParse(req.body);
-      if (!form.success) {
-        const email = field(req.body, 'email');
-        return loginPage(req, reply, 400, {
-          next,
-          email: typeof email === 'string' && email.length <= 254 ? email : undefined,
-          error: 'Enter your email address and your password.',
-        });
+    if (!preSessionCsrfOk(req, form.data.csrf)) return loginPage(req, reply, 403, { next, email: form.data.email, error: CSRF_MESSAGE });
+    let login: Awaited<ReturnType<typeof beginLogin>>;
+    try {
+      login = await beginLogin(ctx, form.data.email, form.data.password, req.ip);
+    } catch (err) {
+      if (isServiceError(err) && err.status === 401) {
+        // One message for an unknown email and a wrong password.
+        return loginPage(req, reply, 401, { next, email: form.data.email, csrf: form.data.csrf, error: 'The email address or password is not right.' });
       }
-      if (!preSessionCsrfOk(req, form.data.csrf)) return loginPage(req, reply, 403, { next, email: form.data.email, error: CSRF_MESSAGE });
-      let login: Awaited<ReturnType<typeof beginLogin>>;
-      try {
-        login = await beginLogin(ctx, form.data.email, form.data.password, req.ip);
-      } catch (err) {
-        if (isServiceError(err) && err.status === 401) {
-          // One message for an unknown email and a wrong password.
-          return loginPage(req, reply, 401, { next, email: form.data.email, csrf: form.data.csrf, error: 'The email address or password is not right.' });
-        }
-        throw err;
-      }
-      const s = await openSession(ctx, login.principalId, login.workspace.id, login.pendingKind);
-      setSessionCookies(ctx, reply, s);
-      if (login.pendingKind === 'totp') return sendPage(reply, 200, 'Two-step verification', codeBody({ csrf: s.csrf, next }));
-      if (login.pendingKind === 'totp_enroll') return enrolPage(req, reply, s, next);
-      return finish(reply, next);
-    });
-
-    /** REQUIRE_TOTP=on and no TOTP yet: a fresh secret, shown once, and the code form. */
-    async function enrolPage(req: FastifyRequest, reply: FastifyReply, s: NewSession, next: string | undefined) {
-      const p = await authenticate(ctx, { ...credentials(req, { unsafe: false, allowPending: true }), sessionToken: s.token });
-      const e = await enrollTotp(ctx, p, undefined);
-      if (e.enabled) return finish(reply, next);
-      return sendPage(reply, 200, 'Set up two-step verification', codeBody({ csrf: s.csrf, next, enrol: { uri: e.otpauth_uri, secret: e.secret } }));
+      throw err;
     }
+    const s = await openSession(ctx, login.principalId, login.workspace.id, login.pendingKind);
+    setSessionCookies(ctx, reply, s);
+    if (login.pendingKind === 'totp') return sendPage(reply, 200, 'Two-step verification', codeBody({ csrf: s.csrf, next }));
+    if (login.pendingKind === 'totp_enroll') return enrolPage(req, reply, s, next);
+    return finish(reply, next);
+  });
 
-    web.post('/login/totp', opts, async (req, reply) => {
-      const next = safeNext(field(req.body, 'next'));
-      const form = CodeForm.safeParse(req.body);
-      if (!form.success) {
-        return sendPage(reply, 400, 'Incomplete form', messageBody('Incomplete form', 'Enter the 6-digit code and try again.', [{ href: withNext('/login', next), text: 'Start over' }]));
-      }
-      const { csrf } = form.data;
-      const code = form.data.code.replace(/\s+/g, '');
-      const startOver = [{ href: withNext('/login', next), text: 'Sign in again' }];
-      // Which step is the session waiting for? The auth layer tells by refusing a pending session.
-      const first = await resolveSession(ctx, req, { csrf, unsafe: true });
-      if (first.ok) return finish(reply, next); // already signed in (the form was sent twice)
-      const kind = first.error.code === 'totp_required' ? 'totp' : first.error.code === 'totp_enroll_required' ? 'enrol' : null;
-      if (!kind) {
-        if (first.error.code === 'csrf_failed') return sendPage(reply, 403, 'Form expired', messageBody('Form expired', CSRF_MESSAGE, startOver));
-        return sendPage(reply, 401, 'Sign-in expired', messageBody('Sign-in expired', 'Your sign-in has expired. Please sign in again.', startOver));
-      }
-      const second = await resolveSession(ctx, req, { csrf, unsafe: true, allowPending: true });
-      if (!second.ok) {
-        if (second.error.code === 'csrf_failed') return sendPage(reply, 403, 'Form expired', messageBody('Form expired', CSRF_MESSAGE, startOver));
-        return sendPage(reply, 401, 'Sign-in expired', messageBody('Sign-in expired', 'Your sign-in has expired. Please sign in again.', startOver));
-      }
-      const p = second.p;
-      try {
-        if (kind === 'totp') await verifyLoginCode(ctx, p.id, p.sessionId!, code, req.ip);
-        else await enrollTotp(ctx, p, code);
-      } catch (err) {
-        if (isServiceError(err) && err.code === 'invalid_code') {
-          const error = 'That code is not right, or it was already used. Wait for the next code and try again.';
-          return sendPage(reply, 401, 'Two-step verification', codeBody({ csrf, next, error, ...(kind === 'enrol' ? { enrol: 'again' as const } : {}) }));
-        }
-        throw err;
-      }
-      const expiresAt = await activateSession(ctx, p.sessionId!);
-      setSessionCookies(ctx, reply, { id: p.sessionId!, token: req.cookies[SESSION_COOKIE]!, csrf, expiresAt });
-      return finish(reply, next);
-    });
+  /** REQUIRE_TOTP=on and no TOTP yet: a fresh secret, shown once, and the code form. */
+  async function enrolPage(req: FastifyRequest, reply: FastifyReply, s: NewSession, next: string | undefined) {
+    const p = await authenticate(ctx, { ...credentials(req, { unsafe: false, allowPending: true }), sessionToken: s.token });
+    const e = await enrollTotp(ctx, p, undefined);
+    if (e.enabled) return finish(reply, next);
+    return sendPage(reply, 200, 'Set up two-step verification', codeBody({ csrf: s.csrf, next, enrol: { uri: e.otpauth_uri, secret: e.secret } }));
+  }
 
-    /* ------------------------------------------------------------ invites */
-
-    const INVITE_DEAD: Record<string, { status: number; title: string; message: string }> = {
-      invite_not_found: { status: 404, title: 'Invite not found', message: 'This invite link is not valid. Check that you copied the whole link, or ask for a new invite.' },
-      accepted: { status: 409, title: 'Invite already used', message: 'This invite has already been used. Ask the workspace owner for a new one if you still need access.' },
-      revoked: { status: 410, title: 'Invite withdrawn', message: 'This invite was withdrawn by the workspace owner.' },
-      expired: { status: 410, title: 'Invite expired', message: 'This invite has expired. Ask the workspace owner for a new one.' },
-    };
-    INVITE_DEAD.invite_used = INVITE_DEAD.accepted!;
-    INVITE_DEAD.invite_revoked = INVITE_DEAD.revoked!;
-    INVITE_DEAD.invite_expired = INVITE_DEAD.expired!;
-
-    function deadInvite(reply: FastifyReply, key: string) {
-      const d = INVITE_DEAD[key] ?? INVITE_DEAD.invite_not_found!;
-      return sendPage(reply, d.status, d.title, messageBody(d.title, d.message, [{ href: '/login', text: 'Sign in' }]));
+  web.post('/login/totp', opts, async (req, reply) => {
+    const next = safeNext(field(req.body, 'next'));
+    const form = CodeForm.safeParse(req.body);
+    if (!form.success) {
+      return sendPage(reply, 400, 'Incomplete form', messageBody('Incomplete form', 'Enter the 6-digit code and try again.', [{ href: withNext('/login', next), text: 'Start over' }]));
     }
-
-    interface SignupView {
-      name?: string | undefined;
-      email?: string | undefined;
-      error?: string | undefined;
+    const { csrf } = form.data;
+    const code = form.data.code.replace(/\s+/g, '');
+    const startOver = [{ href: withNext('/login', next), text: 'Sign in again' }];
+    // Which step is the session waiting for? The auth layer tells by refusing a pending session.
+    const first = await resolveSession(ctx, req, { csrf, unsafe: true });
+    if (first.ok) return finish(reply, next); // already signed in (the form was sent twice)
+    const kind = first.error.code === 'totp_required' ? 'totp' : first.error.code === 'totp_enroll_required' ? 'enrol' : null;
+    if (!kind) {
+      if (first.error.code === 'csrf_failed') return sendPage(reply, 403, 'Form expired', messageBody('Form expired', CSRF_MESSAGE, startOver));
+      return sendPage(reply, 401, 'Sign-in expired', messageBody('Sign-in expired', 'Your sign-in has expired. Please sign in again.', startOver));
     }
-
-    async function invitePage(req: FastifyRequest, reply: FastifyReply, token: string, status: number, signupView: SignupView = {}, acceptError?: string) {
-      let inv: Awaited<ReturnType<typeof describeInvite>>;
-      try {
-        inv = await describeInvite(ctx, token);
-      } catch (err) {
-        if (isServiceError(err) && err.code === 'invite_not_found') return deadInvite(reply, err.code);
-        throw err;
+    const second = await resolveSession(ctx, req, { csrf, unsafe: true, allowPending: true });
+    if (!second.ok) {
+      if (second.error.code === 'csrf_failed') return sendPage(reply, 403, 'Form expired', messageBody('Form expired', CSRF_MESSAGE, startOver));
+      return sendPage(reply, 401, 'Sign-in expired', messageBody('Sign-in expired', 'Your sign-in has expired. Please sign in again.', startOver));
+    }
+    const p = second.p;
+    try {
+      if (kind === 'totp') await verifyLoginCode(ctx, p.id, p.sessionId!, code, req.ip);
+      else await enrollTotp(ctx, p, code);
+    } catch (err) {
+      if (isServiceError(err) && err.code === 'invalid_code') {
+        const error = 'That code is not right, or it was already used. Wait for the next code and try again.';
+        return sendPage(reply, 401, 'Two-step verification', codeBody({ csrf, next, error, ...(kind === 'enrol' ? { enrol: 'again' as const } : {}) }));
       }
-      if (inv.state !== 'pending') return deadInvite(reply, inv.state);
-      const here = `/invite/${encodeURIComponent(token)}`;
-      const who = await signedIn(ctx, req);
-      const head = html`<h1>Join ${inv.workspace.name}</h1>
+      throw err;
+    }
+    const expiresAt = await activateSession(ctx, p.sessionId!);
+    setSessionCookies(ctx, reply, { id: p.sessionId!, token: req.cookies[SESSION_COOKIE]!, csrf, expiresAt });
+    return finish(reply, next);
+  });
+
+  /* ------------------------------------------------------------ invites */
+
+  const INVITE_DEAD: Record<string, { status: number; title: string; message: string }> = {
+    invite_not_found: { status: 404, title: 'Invite not found', message: 'This invite link is not valid. Check that you copied the whole link, or ask for a new invite.' },
+    accepted: { status: 409, title: 'Invite already used', message: 'This invite has already been used. Ask the workspace owner for a new one if you still need access.' },
+    revoked: { status: 410, title: 'Invite withdrawn', message: 'This invite was withdrawn by the workspace owner.' },
+    expired: { status: 410, title: 'Invite expired', message: 'This invite has expired. Ask the workspace owner for a new one.' },
+  };
+  INVITE_DEAD.invite_used = INVITE_DEAD.accepted!;
+  INVITE_DEAD.invite_revoked = INVITE_DEAD.revoked!;
+  INVITE_DEAD.invite_expired = INVITE_DEAD.expired!;
+
+  function deadInvite(reply: FastifyReply, key: string) {
+    const d = INVITE_DEAD[key] ?? INVITE_DEAD.invite_not_found!;
+    return sendPage(reply, d.status, d.title, messageBody(d.title, d.message, [{ href: '/login', text: 'Sign in' }]));
+  }
+
+  interface SignupView {
+    name?: string | undefined;
+    email?: string | undefined;
+    error?: string | undefined;
+  }
+
+  async function invitePage(req: FastifyRequest, reply: FastifyReply, token: string, status: number, signupView: SignupView = {}, acceptError?: string) {
+    let inv: Awaited<ReturnType<typeof describeInvite>>;
+    try {
+      inv = await describeInvite(ctx, token);
+    } catch (err) {
+      if (isServiceError(err) && err.code === 'invite_not_found') return deadInvite(reply, err.code);
+      throw err;
+    }
+    if (inv.state !== 'pending') return deadInvite(reply, inv.state);
+    const here = `/invite/${encodeURIComponent(token)}`;
+    const who = await signedIn(ctx, req);
+    const head = html`<h1>Join ${inv.workspace.name}</h1>
 <p>You are invited to join the workspace <strong>${inv.workspace.name}</strong> as <strong>${ROLE_TEXT[inv.role] ?? inv.role}</strong>.</p>
 <p class="muted">The invite is valid until ${new Date(inv.expires_at).toUTCString()}.${inv.email ? ' It is meant for one email address: use the account it was sent to.' : ''}</p>`;
-      let rest: SafeHtml;
-      if (who && who !== 'stale') {
-        rest = html`${alert(acceptError)}
+    let rest: SafeHtml;
+    if (who && who !== 'stale') {
+      rest = html`${alert(acceptError)}
 <p>Signed in as <strong>${who.p.name}</strong>.</p>
 <form method="post" action="${here}">
 ${hidden('csrf', who.csrf)}${hidden('action', 'accept')}
 <button type="submit">Accept and join ${inv.workspace.name}</button>
 </form>
 <p class="muted">Not you? <a href="${withNext('/login', here)}">Sign in with another account</a>.</p>`;
-      } else {
-        const csrf = formToken(ctx, req, reply);
-        rest = html`<p><a href="${withNext('/login', here)}">Sign in to accept</a>${who === 'stale' ? ' (your sign-in needs to be renewed)' : ''}.</p>
+    } else {
+      const csrf = formToken(ctx, req, reply);
+      rest = html`<p><a href="${withNext('/login', here)}">Sign in to accept</a>${who === 'stale' ? ' (your sign-in needs to be renewed)' : ''}.</p>
 <hr>
 <h2>New here? Create an account</h2>
 ${alert(signupView.error)}
@@ -401,85 +371,84 @@ ${hidden('csrf', csrf)}${hidden('action', 'signup')}
 <button type="submit">Create account and join</button>
 </form>
 <p class="muted">The account also gets its own workspace. Apps can sign up through the API instead: <code>POST /api/v1/auth/signup</code> with <code>invite_token</code> set to the token in this page's address.</p>`;
-      }
-      return sendPage(reply, status, `Join ${inv.workspace.name}`, html`${head}${rest}`);
     }
+    return sendPage(reply, status, `Join ${inv.workspace.name}`, html`${head}${rest}`);
+  }
 
-    function joinedPage(reply: FastifyReply, w: { name: string }, role: string, welcome?: string) {
-      return sendPage(
-        reply,
-        200,
-        'Invite accepted',
-        html`<h1>Welcome to ${w.name}</h1>
+  function joinedPage(reply: FastifyReply, w: { name: string }, role: string, welcome?: string) {
+    return sendPage(
+      reply,
+      200,
+      'Invite accepted',
+      html`<h1>Welcome to ${w.name}</h1>
 <p class="ok" role="status">${welcome ? html`${welcome} ` : ''}You joined <strong>${w.name}</strong> as <strong>${ROLE_TEXT[role] ?? role}</strong>.</p>
 <p><a href="/login">Continue</a></p>`,
-      );
-    }
+    );
+  }
 
-    const inviteToken = (req: FastifyRequest): string | null => {
-      const t = field(req.params, 'token');
-      return typeof t === 'string' && INVITE_TOKEN_RE.test(t) ? t : null;
-    };
+  const inviteToken = (req: FastifyRequest): string | null => {
+    const t = field(req.params, 'token');
+    return typeof t === 'string' && INVITE_TOKEN_RE.test(t) ? t : null;
+  };
 
-    web.get('/invite/:token', opts, async (req, reply) => {
-      const token = inviteToken(req);
-      if (!token) return deadInvite(reply, 'invite_not_found');
-      return invitePage(req, reply, token, 200);
-    });
+  web.get('/invite/:token', opts, async (req, reply) => {
+    const token = inviteToken(req);
+    if (!token) return deadInvite(reply, 'invite_not_found');
+    return invitePage(req, reply, token, 200);
+  });
 
-    web.post('/invite/:token', opts, async (req, reply) => {
-      const token = inviteToken(req);
-      if (!token) return deadInvite(reply, 'invite_not_found');
-      const here = `/invite/${encodeURIComponent(token)}`;
-      const action = field(req.body, 'action');
+  web.post('/invite/:token', opts, async (req, reply) => {
+    const token = inviteToken(req);
+    if (!token) return deadInvite(reply, 'invite_not_found');
+    const here = `/invite/${encodeURIComponent(token)}`;
+    const action = field(req.body, 'action');
 
-      if (action === 'signup') {
-        const form = SignupForm.safeParse(req.body);
-        const name = field(req.body, 'name');
-        const email = field(req.body, 'email');
-        const keep = {
-          name: typeof name === 'string' && name.length <= 100 ? name : undefined,
-          email: typeof email === 'string' && email.length <= 254 ? email : undefined,
-        };
-        if (!form.success) return invitePage(req, reply, token, 400, { ...keep, error: 'Enter your name, a valid email address and a password.' });
-        if (!preSessionCsrfOk(req, form.data.csrf)) return invitePage(req, reply, token, 403, { ...keep, error: CSRF_MESSAGE });
-        let result: Awaited<ReturnType<typeof signup>>;
-        try {
-          result = await signup(ctx, { email: form.data.email, password: form.data.password, name: form.data.name, invite_token: token });
-        } catch (err) {
-          if (!isServiceError(err)) throw err;
-          if (INVITE_DEAD[err.code]) return deadInvite(reply, err.code);
-          const error = err.code === 'email_taken' ? 'An account with this email address already exists: sign in to accept instead.' : err.message;
-          return invitePage(req, reply, token, err.status, { ...keep, error });
-        }
-        const pending = ctx.config.requireTotp ? ('totp_enroll' as const) : null;
-        const s = await openSession(ctx, result.principalId, result.workspace.id, pending);
-        setSessionCookies(ctx, reply, s);
-        if (pending) return enrolPage(req, reply, s, undefined);
-        return joinedPage(reply, result.workspace, result.invitedRole ?? 'viewer', `Your account is ready, ${form.data.name}.`);
-      }
-
-      const form = AcceptForm.safeParse(req.body);
-      if (!form.success) return sendPage(reply, 400, 'Incomplete form', messageBody('Incomplete form', 'The form was incomplete. Open the invite again and use its button.', [{ href: here, text: 'Back to the invite' }]));
-      const who = await resolveSession(ctx, req, { csrf: form.data.csrf, unsafe: true });
-      if (!who.ok) {
-        if (who.error.code === 'csrf_failed') return sendPage(reply, 403, 'Form expired', messageBody('Form expired', CSRF_MESSAGE, [{ href: here, text: 'Back to the invite' }]));
-        return sendPage(reply, 401, 'Sign in first', messageBody('Sign in first', 'Sign in to accept this invite.', [{ href: withNext('/login', here), text: 'Sign in' }]));
-      }
+    if (action === 'signup') {
+      const form = SignupForm.safeParse(req.body);
+      const name = field(req.body, 'name');
+      const email = field(req.body, 'email');
+      const keep = {
+        name: typeof name === 'string' && name.length <= 100 ? name : undefined,
+        email: typeof email === 'string' && email.length <= 254 ? email : undefined,
+      };
+      if (!form.success) return invitePage(req, reply, token, 400, { ...keep, error: 'Enter your name, a valid email address and a password.' });
+      if (!preSessionCsrfOk(req, form.data.csrf)) return invitePage(req, reply, token, 403, { ...keep, error: CSRF_MESSAGE });
+      let result: Awaited<ReturnType<typeof signup>>;
       try {
-        const joined = await acceptInvite(ctx, who.p, token);
-        return joinedPage(reply, joined.workspace, joined.role);
+        result = await signup(ctx, { email: form.data.email, password: form.data.password, name: form.data.name, invite_token: token });
       } catch (err) {
         if (!isServiceError(err)) throw err;
         if (INVITE_DEAD[err.code]) return deadInvite(reply, err.code);
-        const message =
-          err.code === 'already_member'
-            ? 'You are already a member of this workspace.'
-            : err.code === 'invite_email_mismatch'
-              ? 'This invite was sent to another email address. Sign in with that account to accept it.'
-              : err.message;
-        return sendPage(reply, err.status, 'Cannot accept the invite', messageBody('Cannot accept the invite', message, [{ href: withNext('/login', here), text: 'Sign in with another account' }]));
+        const error = err.code === 'email_taken' ? 'An account with this email address already exists: sign in to accept instead.' : err.message;
+        return invitePage(req, reply, token, err.status, { ...keep, error });
       }
-    });
+      const pending = ctx.config.requireTotp ? ('totp_enroll' as const) : null;
+      const s = await openSession(ctx, result.principalId, result.workspace.id, pending);
+      setSessionCookies(ctx, reply, s);
+      if (pending) return enrolPage(req, reply, s, undefined);
+      return joinedPage(reply, result.workspace, result.invitedRole ?? 'viewer', `Your account is ready, ${form.data.name}.`);
+    }
+
+    const form = AcceptForm.safeParse(req.body);
+    if (!form.success) return sendPage(reply, 400, 'Incomplete form', messageBody('Incomplete form', 'The form was incomplete. Open the invite again and use its button.', [{ href: here, text: 'Back to the invite' }]));
+    const who = await resolveSession(ctx, req, { csrf: form.data.csrf, unsafe: true });
+    if (!who.ok) {
+      if (who.error.code === 'csrf_failed') return sendPage(reply, 403, 'Form expired', messageBody('Form expired', CSRF_MESSAGE, [{ href: here, text: 'Back to the invite' }]));
+      return sendPage(reply, 401, 'Sign in first', messageBody('Sign in first', 'Sign in to accept this invite.', [{ href: withNext('/login', here), text: 'Sign in' }]));
+    }
+    try {
+      const joined = await acceptInvite(ctx, who.p, token);
+      return joinedPage(reply, joined.workspace, joined.role);
+    } catch (err) {
+      if (!isServiceError(err)) throw err;
+      if (INVITE_DEAD[err.code]) return deadInvite(reply, err.code);
+      const message =
+        err.code === 'already_member'
+          ? 'You are already a member of this workspace.'
+          : err.code === 'invite_email_mismatch'
+            ? 'This invite was sent to another email address. Sign in with that account to accept it.'
+            : err.message;
+      return sendPage(reply, err.status, 'Cannot accept the invite', messageBody('Cannot accept the invite', message, [{ href: withNext('/login', here), text: 'Sign in with another account' }]));
+    }
   });
 }

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { signup } from '../../src/core/accounts.js';
 import { hashSecret } from '../../src/auth/secrets.js';
 import { testEngines } from '../support/engines.js';
-import { Client, createAgentWithKey, signupHuman, startTestServer, type Res, type TestServer } from '../support/server.js';
+import { Client, createAgentWithKey, signupHuman, startTestServer, type TestServer } from '../support/server.js';
 import { expectError, expectStatus } from '../support/expect.js';
 
 /**

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEngines } from '../support/engines.js';
-import { Client, createAgentWithKey, signupHuman, startTestServer, type Res, type TestServer } from '../support/server.js';
+import { Client, createAgentWithKey, signupHuman, startTestServer, type TestServer } from '../support/server.js';
 import { expectError, expectStatus } from '../support/expect.js';
 
 /**

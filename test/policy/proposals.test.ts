@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { ServiceError } from '../../src/core/errors.js';
 import type { Decision, PageFacts } from '../../src/policy/pages.js';
 import type { Grant, Principal, Role } from '../../src/policy/principal.js';
-import { canSeeProposal, decideOnProposal, decidePropose, seesProposalContent, type ProposalFacts } from '../../src/policy/proposals.js';
+import { canSeeProposal, decideOnProposal, decidePropose, decideWriteOrPropose, seesProposalContent, type ProposalFacts, type ProposeRule } from '../../src/policy/proposals.js';
 import type { Level } from '../../src/policy/sensitivity.js';
 
 /**
@@ -203,5 +203,34 @@ describe('decideOnProposal: a signed-in editor or owner decides; a step-up origi
     const pr = prop('eng/a.md', 'secret');
     expect(canSeeProposal(human('editor'), pr)).toBe(false);
     expect(outcome(decideOnProposal(human('editor'), pr, 'accept', NOW)).kind).toBe('deny');
+  });
+});
+
+describe('decideWriteOrPropose', () => {
+  const g = (action: Grant['action'], scope = '*', ceiling: Level = 'confidential'): Grant => ({ action, scope, ceiling });
+  const page = (path: string, sensitivity: Level = 'internal', blockLevel: Level | null = null): PageFacts => ({ path, sensitivity, blockLevel });
+  const content: ProposeRule = { proposers: 'agents', carriesContent: true };
+  const archive: ProposeRule = { proposers: 'anyone', carriesContent: false };
+  const rows: { name: string; p: Principal; current: PageFacts | null; next: PageFacts; rule: ProposeRule; want: 'allow' | 'deny' | 'propose' }[] = [
+    { name: 'writer may write', p: agent([g('write'), g('propose')]), current: null, next: page('eng/a.md'), rule: content, want: 'allow' },
+    { name: 'agent without write, with propose: propose', p: agent([g('read'), g('propose')]), current: null, next: page('eng/a.md'), rule: content, want: 'propose' },
+    { name: 'agent without write or propose: deny', p: agent([g('read')]), current: null, next: page('eng/a.md'), rule: content, want: 'deny' },
+    { name: 'propose grant elsewhere only: deny', p: agent([g('read'), g('propose', 'ops')]), current: null, next: page('eng/a.md'), rule: content, want: 'deny' },
+    { name: 'propose on a sibling prefix does not cover: deny', p: agent([g('read'), g('propose', 'en')]), current: null, next: page('eng/a.md'), rule: content, want: 'deny' },
+    { name: 'content above the propose ceiling: deny', p: agent([g('read'), g('propose', '*', 'internal')]), current: null, next: page('eng/a.md', 'confidential'), rule: content, want: 'deny' },
+    { name: 'writer with content above its write ceiling is refused, not proposed', p: agent([g('write', '*', 'internal'), g('propose')]), current: null, next: page('eng/a.md', 'confidential'), rule: content, want: 'deny' },
+    { name: 'write grant elsewhere, propose here: propose', p: agent([g('write', 'ops'), g('read'), g('propose')]), current: null, next: page('eng/a.md'), rule: content, want: 'propose' },
+    { name: 'update of a page it reads whole: propose', p: agent([g('read'), g('propose')]), current: page('eng/a.md'), next: page('eng/a.md'), rule: content, want: 'propose' },
+    { name: 'update of a page with a block above its read ceiling: deny', p: agent([g('read', '*', 'internal'), g('propose')]), current: page('eng/a.md', 'internal', 'secret'), next: page('eng/a.md'), rule: content, want: 'deny' },
+    { name: 'archive of that page carries no text: propose', p: agent([g('read', '*', 'internal'), g('propose')]), current: page('eng/a.md', 'internal', 'confidential'), next: page('eng/a.md'), rule: archive, want: 'propose' },
+    { name: 'human viewer, content rule (agents only): deny', p: human('viewer'), current: null, next: page('eng/a.md'), rule: content, want: 'deny' },
+    { name: 'human viewer, archive rule (anyone): propose', p: human('viewer'), current: page('eng/a.md'), next: page('eng/a.md'), rule: archive, want: 'propose' },
+    { name: 'human editor writes', p: human('editor'), current: page('eng/a.md'), next: page('eng/a.md'), rule: content, want: 'allow' },
+  ];
+  it.each(rows)('$name', ({ p, current, next, rule, want }) => {
+    const d = decideWriteOrPropose(p, current, next, rule);
+    expect(d.kind).toBe(want);
+    if (d.kind === 'deny') expect(d.error).toBeInstanceOf(ServiceError);
+    if (d.kind === 'propose') expect(d.origin).toBe('no_write');
   });
 });

@@ -12,9 +12,6 @@ import { afterPost, decidePost, decidePostWhenLocked, decideUnlock, MAX_AGENT_HO
  * elevations are far in the future or the past.
  */
 
-const NOW = new Date('2030-06-01T12:00:00.000Z');
-const ago = (ms: number) => new Date(NOW.getTime() - ms).toISOString();
-const FIVE_MIN = 5 * 60 * 1000;
 const FUTURE = '2999-01-01T00:00:00.000Z';
 const PAST = '2000-01-01T00:00:00.000Z';
 

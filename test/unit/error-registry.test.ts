@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { ERROR_CODES, statusesOf, type ErrorCode } from '../../src/core/error-codes.js';
+import { ERROR_CODES, statusesOf, type ErrorCode } from '../../src/errors/codes.js';
 
 /**
  * Issue 12: docs/errors.md lists exactly the codes of the registry, each with the registry's

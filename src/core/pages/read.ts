@@ -2,12 +2,12 @@ import { createTwoFilesPatch } from 'diff';
 import { redactDocument } from '../../markdown/index.js';
 import { blockVisibility, canDiff, canReadInFull, canReadPage } from '../../policy/pages.js';
 import type { Principal } from '../../policy/principal.js';
+import { findReadablePage } from '../../retrieval/lookup.js';
 import { ObjectStore } from '../../store/git/object-store.js';
 import type { Executor } from '../../store/db.js';
 import type { PageVersionsTable } from '../../store/schema.js';
 import type { CoreContext } from '../context.js';
 import { badRequest, forbidden, notFound } from '../errors.js';
-import { findReadablePage } from './lookup.js';
 import { presentPage, redactedValidator, type PageRecord } from './record.js';
 
 /** Resolves a commit sha (full, or a unique prefix of at least 7) in the workspace to its seq. */

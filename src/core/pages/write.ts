@@ -4,6 +4,7 @@ import { assertFrontmatterDepth } from '../../markdown/frontmatter.js';
 import { canReadPage, decideDelete, decideMove, decideWrite, enforce, widensAudience, type PageFacts } from '../../policy/pages.js';
 import type { Principal } from '../../policy/principal.js';
 import { decidePropose, decideWriteOrPropose } from '../../policy/proposals.js';
+import { findReadablePage, loadLivePage } from '../../retrieval/lookup.js';
 import type { DB, PagesTable, ProposalsTable } from '../../store/schema.js';
 import { inTransaction } from '../../store/tx.js';
 import type { CoreContext } from '../context.js';
@@ -11,7 +12,6 @@ import { badRequest, conflict } from '../errors.js';
 import { parsePagePath, slugify, type PagePath } from '../paths.js';
 import { highest, insertProposal, presentProposal, supersedeForPage, type ProposalRecord } from '../proposals/record.js';
 import { analyzeContent, type ArchiveReason } from './content.js';
-import { findReadablePage, loadLivePage } from './lookup.js';
 import { assertPathFree, commitPage, facts, rowFacts } from './persist.js';
 import { presentPage, type PageRecord } from './record.js';
 

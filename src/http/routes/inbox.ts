@@ -3,8 +3,8 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
 import { ACK_MAX_SEQS, ackInbox, INBOX_DEFAULT_LIMIT, INBOX_MAX_LIMIT, INBOX_MAX_WAIT_S, INBOX_STATES, listInbox } from '../../core/inbox.js';
-import { caller } from '../auth.js';
-import { errors } from '../schemas.js';
+import { caller } from '../shared/caller.js';
+import { errors } from '../shared/schemas.js';
 
 const EventSchema = z.object({
   seq: z.number().int().describe('Grows per principal'),
@@ -34,7 +34,7 @@ export async function inboxRoutes(app: FastifyInstance, ctx: CoreContext): Promi
   });
 
   r.get(
-    '/api/v1/inbox',
+    '/inbox',
     {
       schema: {
         tags,
@@ -76,7 +76,7 @@ export async function inboxRoutes(app: FastifyInstance, ctx: CoreContext): Promi
   );
 
   r.post(
-    '/api/v1/inbox/ack',
+    '/inbox/ack',
     {
       schema: {
         tags,

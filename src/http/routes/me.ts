@@ -5,8 +5,9 @@ import { updateDisplayName } from '../../core/accounts.js';
 import type { CoreContext } from '../../core/context.js';
 import { describeCaller } from '../../core/identity.js';
 import { meView, whoamiView } from '../../presenters/identity.js';
-import { caller } from '../auth.js';
-import { errors, GrantSchema } from '../schemas.js';
+import { caller } from '../shared/caller.js';
+import { GrantSchema } from '../schemas.js';
+import { errors } from '../shared/schemas.js';
 
 const Grants = z.array(GrantSchema.extend({ ceiling: z.string() }));
 
@@ -14,7 +15,7 @@ export async function meRoutes(app: FastifyInstance, ctx: CoreContext): Promise<
   const r = app.withTypeProvider<ZodTypeProvider>();
 
   r.get(
-    '/api/v1/me',
+    '/me',
     {
       schema: {
         tags: ['identity'],
@@ -39,7 +40,7 @@ export async function meRoutes(app: FastifyInstance, ctx: CoreContext): Promise<
   );
 
   r.patch(
-    '/api/v1/me',
+    '/me',
     {
       config: { auth: 'session' },
       schema: {
@@ -53,7 +54,7 @@ export async function meRoutes(app: FastifyInstance, ctx: CoreContext): Promise<
   );
 
   r.get(
-    '/api/v1/whoami',
+    '/whoami',
     {
       schema: {
         tags: ['identity'],

@@ -5,8 +5,9 @@ import type { CoreContext } from '../../core/context.js';
 import { pageDiff, pageHistory, readPage } from '../../core/pages/read.js';
 import type { PageRecord } from '../../core/pages/record.js';
 import { archivePage, createPage, deletePage, movePage, restorePage, updatePage, type PageUpdate, type PublicOutcome } from '../../core/pages/write.js';
-import { caller } from '../auth.js';
-import { ArchiveReason, errors, optionalBody, ProposedSchema, PageRecordSchema, WriteResultSchema } from '../schemas.js';
+import { caller } from '../shared/caller.js';
+import { ArchiveReason, ProposedSchema, PageRecordSchema, WriteResultSchema } from '../schemas.js';
+import { errors, optionalBody } from '../shared/schemas.js';
 
 const Ref = z.object({ id: z.string().min(1).max(1000).describe('A page id (pg_…) or its URL-encoded path') });
 const Message = z.string().max(2000).optional().describe('Commit message');
@@ -60,7 +61,7 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
   const tags = ['pages'];
 
   r.post(
-    '/api/v1/nodes',
+    '/nodes',
     {
       schema: {
         tags,
@@ -78,7 +79,7 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
   );
 
   r.get(
-    '/api/v1/nodes/:id',
+    '/nodes/:id',
     {
       schema: {
         tags,
@@ -106,7 +107,7 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
 
   const update = (method: 'put' | 'patch') =>
     r[method](
-      '/api/v1/nodes/:id',
+      '/nodes/:id',
       {
         schema: {
           tags,
@@ -143,7 +144,7 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
   update('patch');
 
   r.delete(
-    '/api/v1/nodes/:id',
+    '/nodes/:id',
     {
       schema: {
         tags,
@@ -156,7 +157,7 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
   );
 
   r.get(
-    '/api/v1/nodes/:id/history',
+    '/nodes/:id/history',
     {
       schema: {
         tags,
@@ -187,7 +188,7 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
   );
 
   r.get(
-    '/api/v1/nodes/:id/diff',
+    '/nodes/:id/diff',
     {
       schema: {
         tags,
@@ -204,7 +205,7 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
   );
 
   r.post(
-    '/api/v1/nodes/:id/move',
+    '/nodes/:id/move',
     {
       schema: {
         tags,
@@ -218,7 +219,7 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
   );
 
   r.post(
-    '/api/v1/nodes/:id/archive',
+    '/nodes/:id/archive',
     {
       schema: {
         tags,
@@ -232,7 +233,7 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
   );
 
   r.post(
-    '/api/v1/nodes/:id/restore',
+    '/nodes/:id/restore',
     {
       schema: {
         tags,

@@ -15,8 +15,9 @@ import {
   replaceGrants,
   revokeKey,
 } from '../../core/principals.js';
-import { caller } from '../auth.js';
-import { AgentSchema, errors, GrantSchema, KeySchema, Level, PrincipalSummarySchema } from '../schemas.js';
+import { caller } from '../shared/caller.js';
+import { AgentSchema, GrantSchema, KeySchema, Level, PrincipalSummarySchema } from '../schemas.js';
+import { errors } from '../shared/schemas.js';
 
 const IdParams = z.object({ id: z.string().min(1).max(100) });
 const GrantsOut = z.object({ grants: z.array(z.object({ action: z.string(), scope: z.string(), ceiling: z.string() })) });
@@ -26,13 +27,13 @@ export async function principalRoutes(app: FastifyInstance, ctx: CoreContext): P
   const tags = ['agents'];
 
   r.get(
-    '/api/v1/principals',
+    '/principals',
     { schema: { tags, summary: 'Humans and agents of the workspace (agents see id, name, kind only)', response: { 200: z.object({ principals: z.array(PrincipalSummarySchema) }), ...errors(401) } } },
     async (req) => ({ principals: await listPrincipals(ctx, caller(req)) }),
   );
 
   r.post(
-    '/api/v1/principals',
+    '/principals',
     {
       config: { auth: 'session' },
       schema: {
@@ -50,13 +51,13 @@ export async function principalRoutes(app: FastifyInstance, ctx: CoreContext): P
   );
 
   r.get(
-    '/api/v1/principals/:id',
+    '/principals/:id',
     { schema: { tags, summary: 'One agent', params: IdParams, response: { 200: z.union([AgentSchema, PrincipalSummarySchema]), ...errors(401, 404) } } },
     async (req) => getAgent(ctx, caller(req), req.params.id),
   );
 
   r.delete(
-    '/api/v1/principals/:id',
+    '/principals/:id',
     {
       config: { auth: 'session' },
       schema: { tags, summary: 'Delete an agent (creator or owner); its keys die at once', params: IdParams, response: { 200: z.object({ deleted: z.literal(true), id: z.string() }), ...errors(401, 403, 404) } },
@@ -68,7 +69,7 @@ export async function principalRoutes(app: FastifyInstance, ctx: CoreContext): P
   );
 
   r.post(
-    '/api/v1/principals/:id/adopt',
+    '/principals/:id/adopt',
     {
       config: { auth: 'session' },
       schema: {
@@ -82,13 +83,13 @@ export async function principalRoutes(app: FastifyInstance, ctx: CoreContext): P
   );
 
   r.get(
-    '/api/v1/principals/:id/grants',
+    '/principals/:id/grants',
     { schema: { tags, summary: 'An agent\'s grants', params: IdParams, response: { 200: GrantsOut, ...errors(401, 403, 404) } } },
     async (req) => ({ grants: await getGrants(ctx, caller(req), req.params.id) }),
   );
 
   r.put(
-    '/api/v1/principals/:id/grants',
+    '/principals/:id/grants',
     {
       config: { auth: 'session' },
       schema: {
@@ -103,7 +104,7 @@ export async function principalRoutes(app: FastifyInstance, ctx: CoreContext): P
   );
 
   r.get(
-    '/api/v1/principals/:id/tokens',
+    '/principals/:id/tokens',
     {
       config: { auth: 'session' },
       schema: { tags, summary: 'An agent\'s keys, hints only', params: IdParams, response: { 200: z.object({ tokens: z.array(KeySchema) }), ...errors(401, 403, 404) } },
@@ -112,7 +113,7 @@ export async function principalRoutes(app: FastifyInstance, ctx: CoreContext): P
   );
 
   r.post(
-    '/api/v1/principals/:id/tokens',
+    '/principals/:id/tokens',
     {
       config: { auth: 'session' },
       schema: {
@@ -132,7 +133,7 @@ export async function principalRoutes(app: FastifyInstance, ctx: CoreContext): P
   );
 
   r.delete(
-    '/api/v1/principals/:id/tokens/:tid',
+    '/principals/:id/tokens/:tid',
     {
       config: { auth: 'session' },
       schema: {

@@ -3,8 +3,9 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
 import { acceptProposal, createProposal, getProposal, listProposals, PROPOSAL_STATUSES, rejectProposal } from '../../core/proposals/service.js';
-import { caller } from '../auth.js';
-import { errors, optionalBody, ProposalSchema } from '../schemas.js';
+import { caller } from '../shared/caller.js';
+import { ProposalSchema } from '../schemas.js';
+import { errors, optionalBody } from '../shared/schemas.js';
 
 const IdParams = z.object({ id: z.string().min(1).max(100) });
 
@@ -13,7 +14,7 @@ export async function proposalRoutes(app: FastifyInstance, ctx: CoreContext): Pr
   const tags = ['proposals'];
 
   r.get(
-    '/api/v1/proposals',
+    '/proposals',
     {
       schema: {
         tags,
@@ -33,7 +34,7 @@ export async function proposalRoutes(app: FastifyInstance, ctx: CoreContext): Pr
   );
 
   r.post(
-    '/api/v1/proposals',
+    '/proposals',
     {
       schema: {
         tags,
@@ -58,13 +59,13 @@ export async function proposalRoutes(app: FastifyInstance, ctx: CoreContext): Pr
   );
 
   r.get(
-    '/api/v1/proposals/:id',
+    '/proposals/:id',
     { schema: { tags, summary: 'One proposal; the proposed content is shown to humans only', params: IdParams, response: { 200: ProposalSchema, ...errors(401, 404) } } },
     async (req) => getProposal(ctx, caller(req), req.params.id),
   );
 
   r.post(
-    '/api/v1/proposals/:id/accept',
+    '/proposals/:id/accept',
     {
       config: { auth: 'session' },
       schema: {
@@ -79,7 +80,7 @@ export async function proposalRoutes(app: FastifyInstance, ctx: CoreContext): Pr
   );
 
   r.post(
-    '/api/v1/proposals/:id/reject',
+    '/proposals/:id/reject',
     {
       config: { auth: 'session' },
       schema: {

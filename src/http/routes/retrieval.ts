@@ -5,8 +5,9 @@ import type { CoreContext } from '../../core/context.js';
 import { pageBacklinks, relatedPages } from '../../retrieval/related.js';
 import { BUNDLE_DEFAULT_TOKENS, BUNDLE_MAX_TOKENS, BUNDLE_MIN_TOKENS, buildBundle } from '../../retrieval/bundle.js';
 import { SEARCH_MODES, searchPages } from '../../retrieval/search.js';
-import { caller } from '../auth.js';
-import { errors, QueryBool } from '../schemas.js';
+import { caller } from '../shared/caller.js';
+import { QueryBool } from '../schemas.js';
+import { errors } from '../shared/schemas.js';
 
 /** Longest accepted `q`; longer queries are 400 (only the first terms are used anyway). */
 export const MAX_QUERY_CHARS = 4000;
@@ -96,7 +97,7 @@ export async function retrievalRoutes(app: FastifyInstance, ctx: CoreContext): P
   };
 
   r.post(
-    '/api/v1/bundle',
+    '/bundle',
     {
       schema: {
         tags: ['retrieval'],
@@ -109,7 +110,7 @@ export async function retrievalRoutes(app: FastifyInstance, ctx: CoreContext): P
   );
 
   r.get(
-    '/api/v1/bundle',
+    '/bundle',
     {
       schema: {
         tags: ['retrieval'],
@@ -122,7 +123,7 @@ export async function retrievalRoutes(app: FastifyInstance, ctx: CoreContext): P
   );
 
   r.get(
-    '/api/v1/search',
+    '/search',
     {
       schema: {
         tags: ['retrieval'],
@@ -175,7 +176,7 @@ export async function retrievalRoutes(app: FastifyInstance, ctx: CoreContext): P
   );
 
   r.get(
-    '/api/v1/nodes/:id/backlinks',
+    '/nodes/:id/backlinks',
     {
       schema: {
         tags: ['pages'],
@@ -188,7 +189,7 @@ export async function retrievalRoutes(app: FastifyInstance, ctx: CoreContext): P
   );
 
   r.get(
-    '/api/v1/nodes/:id/related',
+    '/nodes/:id/related',
     {
       schema: {
         tags: ['pages'],

@@ -3,15 +3,15 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
 import { elevate, ELEVATION_MAX_MINUTES, GIT_TOKEN_MAX_DAYS, lockdown, mintGitToken } from '../../core/security.js';
-import { caller } from '../auth.js';
-import { errors, optionalBody } from '../schemas.js';
+import { caller } from '../shared/caller.js';
+import { errors, optionalBody } from '../shared/schemas.js';
 
 /** Lockdown, elevations and git tokens: the `+U` acts of the spec. */
 export async function securityRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
   const r = app.withTypeProvider<ZodTypeProvider>();
 
   r.post(
-    '/api/v1/workspaces/:ws/lockdown',
+    '/workspaces/:ws/lockdown',
     {
       config: { auth: 'session' },
       schema: {
@@ -28,7 +28,7 @@ export async function securityRoutes(app: FastifyInstance, ctx: CoreContext): Pr
   );
 
   r.post(
-    '/api/v1/elevations',
+    '/elevations',
     {
       config: { auth: 'session' },
       schema: {
@@ -49,7 +49,7 @@ export async function securityRoutes(app: FastifyInstance, ctx: CoreContext): Pr
   );
 
   r.post(
-    '/api/v1/me/git-tokens',
+    '/me/git-tokens',
     {
       config: { auth: 'session' },
       schema: {

@@ -3,21 +3,22 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
 import { createSpace, listSpaces, spaceTree } from '../../core/spaces.js';
-import { caller } from '../auth.js';
-import { errors, QueryBool, SpaceSchema, TreeFolderSchema } from '../schemas.js';
+import { caller } from '../shared/caller.js';
+import { QueryBool, SpaceSchema, TreeFolderSchema } from '../schemas.js';
+import { errors } from '../shared/schemas.js';
 
 export async function spaceRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
   const r = app.withTypeProvider<ZodTypeProvider>();
   const tags = ['spaces'];
 
   r.get(
-    '/api/v1/spaces',
+    '/spaces',
     { schema: { tags, summary: 'Spaces visible to you', response: { 200: z.object({ spaces: z.array(SpaceSchema) }), ...errors(401) } } },
     async (req) => ({ spaces: await listSpaces(ctx, caller(req)) }),
   );
 
   r.post(
-    '/api/v1/spaces',
+    '/spaces',
     {
       schema: {
         tags,
@@ -30,7 +31,7 @@ export async function spaceRoutes(app: FastifyInstance, ctx: CoreContext): Promi
   );
 
   r.get(
-    '/api/v1/spaces/:s/tree',
+    '/spaces/:s/tree',
     {
       schema: {
         tags,

@@ -3,8 +3,8 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
 import { getThread, markThreadRead, MAX_BODY_CHARS, MAX_MENTIONS, postMessage, THREAD_KINDS, unlockThread } from '../../core/threads.js';
-import { caller } from '../auth.js';
-import { errors, optionalBody } from '../schemas.js';
+import { caller } from '../shared/caller.js';
+import { errors, optionalBody } from '../shared/schemas.js';
 
 const Ref = z.object({ id: z.string().min(1).max(1000).describe('A page id (pg_…) or its URL-encoded path') });
 
@@ -55,7 +55,7 @@ export async function threadRoutes(app: FastifyInstance, ctx: CoreContext): Prom
   const tags = ['threads'];
 
   r.get(
-    '/api/v1/nodes/:id/threads',
+    '/nodes/:id/threads',
     {
       schema: {
         tags,
@@ -77,7 +77,7 @@ export async function threadRoutes(app: FastifyInstance, ctx: CoreContext): Prom
     async (req) => getThread(ctx, caller(req), req.params.id, req.query),
   );
 
-  for (const url of ['/api/v1/nodes/:id/threads', '/api/v1/nodes/:id/threads/messages']) {
+  for (const url of ['/nodes/:id/threads', '/nodes/:id/threads/messages']) {
     r.post(
       url,
       {
@@ -97,7 +97,7 @@ export async function threadRoutes(app: FastifyInstance, ctx: CoreContext): Prom
   }
 
   r.post(
-    '/api/v1/nodes/:id/threads/read',
+    '/nodes/:id/threads/read',
     {
       schema: {
         tags,
@@ -111,7 +111,7 @@ export async function threadRoutes(app: FastifyInstance, ctx: CoreContext): Prom
   );
 
   r.post(
-    '/api/v1/nodes/:id/threads/unlock',
+    '/nodes/:id/threads/unlock',
     {
       config: { auth: 'session' },
       schema: {

@@ -6,8 +6,8 @@ import { acceptInvite, createInvite, INVITE_DEFAULT_DAYS, INVITE_MAX_DAYS, listI
 import { changeRole, listMembers, removeMember } from '../../core/members.js';
 import { createWorkspaceFor, listWorkspaces } from '../../core/workspaces.js';
 import { ROLES } from '../../policy/principal.js';
-import { caller } from '../auth.js';
-import { errors, optionalBody } from '../schemas.js';
+import { caller } from '../shared/caller.js';
+import { errors, optionalBody } from '../shared/schemas.js';
 
 const Role = z.enum(ROLES);
 const Id = z.string().min(1).max(100);
@@ -63,8 +63,8 @@ const InviteBody = z.strictObject({
 
 /** The two forms of every members and invites route: the current workspace, and `/workspaces/:ws/…`. */
 const FORMS = [
-  { prefix: '/api/v1', where: 'the current workspace' },
-  { prefix: '/api/v1/workspaces/:ws', where: ':ws (id or slug)' },
+  { base: '', where: 'the current workspace' },
+  { base: '/workspaces/:ws', where: ':ws (id or slug)' },
 ] as const;
 
 function wsOf(params: unknown): string | undefined {
@@ -76,7 +76,7 @@ export async function workspaceRoutes(app: FastifyInstance, ctx: CoreContext): P
   const r = app.withTypeProvider<ZodTypeProvider>();
 
   r.get(
-    '/api/v1/workspaces',
+    '/workspaces',
     {
       schema: {
         tags: ['workspaces'],
@@ -88,7 +88,7 @@ export async function workspaceRoutes(app: FastifyInstance, ctx: CoreContext): P
   );
 
   r.post(
-    '/api/v1/workspaces',
+    '/workspaces',
     {
       config: { auth: 'session' },
       schema: {
@@ -101,11 +101,11 @@ export async function workspaceRoutes(app: FastifyInstance, ctx: CoreContext): P
     async (req, reply) => reply.code(201).send(await createWorkspaceFor(ctx, caller(req), req.body.name)),
   );
 
-  for (const { prefix, where } of FORMS) {
-    const wsParam = prefix.includes(':ws') ? { ws: Id } : {};
+  for (const { base, where } of FORMS) {
+    const wsParam = base.includes(':ws') ? { ws: Id } : {};
 
     r.get(
-      `${prefix}/members`,
+      `${base}/members`,
       {
         config: { auth: 'session' },
         schema: {
@@ -119,7 +119,7 @@ export async function workspaceRoutes(app: FastifyInstance, ctx: CoreContext): P
     );
 
     r.patch(
-      `${prefix}/members/:id`,
+      `${base}/members/:id`,
       {
         config: { auth: 'session' },
         schema: {
@@ -134,7 +134,7 @@ export async function workspaceRoutes(app: FastifyInstance, ctx: CoreContext): P
     );
 
     r.delete(
-      `${prefix}/members/:id`,
+      `${base}/members/:id`,
       {
         config: { auth: 'session' },
         schema: {
@@ -151,7 +151,7 @@ export async function workspaceRoutes(app: FastifyInstance, ctx: CoreContext): P
     );
 
     r.get(
-      `${prefix}/invites`,
+      `${base}/invites`,
       {
         config: { auth: 'session' },
         schema: {
@@ -165,7 +165,7 @@ export async function workspaceRoutes(app: FastifyInstance, ctx: CoreContext): P
     );
 
     r.post(
-      `${prefix}/invites`,
+      `${base}/invites`,
       {
         config: { auth: 'session' },
         schema: {
@@ -180,7 +180,7 @@ export async function workspaceRoutes(app: FastifyInstance, ctx: CoreContext): P
     );
 
     r.delete(
-      `${prefix}/invites/:id`,
+      `${base}/invites/:id`,
       {
         config: { auth: 'session' },
         schema: {
@@ -195,7 +195,7 @@ export async function workspaceRoutes(app: FastifyInstance, ctx: CoreContext): P
   }
 
   r.post(
-    '/api/v1/invites/:token/accept',
+    '/invites/:token/accept',
     {
       config: { auth: 'session' },
       schema: {

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { badRequest, type ServiceError } from '../../core/errors.js';
+import { badRequest, type ServiceError } from '../../errors/index.js';
 
 /**
  * Git objects (blobs, trees, commits) encoded, decoded and hashed exactly as git does, so that

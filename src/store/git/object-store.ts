@@ -1,5 +1,5 @@
 import { deflateSync, inflateSync } from 'node:zlib';
-import { badRequest, conflict } from '../../core/errors.js';
+import { badRequest, conflict } from '../../errors/index.js';
 import type { Executor } from '../db.js';
 import { treeCache } from './cache.js';
 import {

@@ -1,4 +1,4 @@
-import { badRequest, conflict } from '../../core/errors.js';
+import { badRequest, conflict } from '../../errors/index.js';
 import { isSha, validateName, type TreeEntry } from './codec.js';
 import type { ObjectStore } from './object-store.js';
 

@@ -1,8 +1,14 @@
-import { canReadPage } from '../../policy/pages.js';
-import type { Principal } from '../../policy/principal.js';
-import type { Executor } from '../../store/db.js';
-import type { PagesTable } from '../../store/schema.js';
-import { notFound } from '../errors.js';
+import { notFound } from '../errors/index.js';
+import { canReadPage } from '../policy/pages.js';
+import type { Principal } from '../policy/principal.js';
+import type { Executor } from '../store/db.js';
+import type { PagesTable } from '../store/schema.js';
+
+/**
+ * Finding one page by id or path, as the caller may see it. The core's page acts and retrieval's
+ * related lists both start here; it sits in retrieval, below the core, so that retrieval need not
+ * import the core.
+ */
 
 /** Page ids look like `pg_…`; anything else is taken as a path. */
 export function isPageId(ref: string): boolean {

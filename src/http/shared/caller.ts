@@ -1,19 +1,22 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { authenticate } from '../auth/resolve.js';
-import { CSRF_COOKIE, SESSION_COOKIE } from '../auth/sessions.js';
-import type { CoreContext } from '../core/context.js';
-import { forbidden, unauthorized } from '../core/errors.js';
-import type { Principal } from '../policy/principal.js';
+import { authenticate } from '../../auth/resolve.js';
+import { CSRF_COOKIE, SESSION_COOKIE } from '../../auth/sessions.js';
+import type { CoreContext } from '../../core/context.js';
+import { forbidden, unauthorized } from '../../core/errors.js';
+import type { Principal } from '../../policy/principal.js';
 
 /**
  * Who may call a route: `public` (nobody checked), `session` (a signed-in human),
  * `pending` (a human session, even one still waiting for its second factor), or
- * `principal` (a human session or an agent key). Declared per route in `config.auth`.
+ * `principal` (a human session or an agent key). Declared per route in `config.auth`; read by
+ * the caller hook of the faces that add it (REST and /api/auth). The MCP and HTML faces resolve
+ * their callers themselves and declare their routes `public` to this hook.
  */
 export type RouteAuth = 'public' | 'session' | 'pending' | 'principal';
 
 declare module 'fastify' {
   interface FastifyRequest {
+    /** The caller, once a face's hook has resolved it (null on public and unknown routes). */
     principal: Principal | null;
   }
   interface FastifyContextConfig {
@@ -27,12 +30,22 @@ function headerValue(v: string | string[] | undefined): string | undefined {
   return Array.isArray(v) ? v[0] : v;
 }
 
-/** Resolves the caller on every non-public route before the body is even parsed. */
-export function registerAuth(app: FastifyInstance, ctx: CoreContext): void {
+/** Declared once on the root instance: every face and the per-principal limits read `req.principal`. */
+export function decoratePrincipal(app: FastifyInstance): void {
   app.decorateRequest('principal', null);
-  app.addHook('onRequest', async (req) => {
+}
+
+/**
+ * The caller hook of the JSON faces: resolves the session cookie (with its CSRF check on unsafe
+ * methods) or the agent key on every non-public route of `face`, before the body is even parsed.
+ * Routes default to `principal`. Add it before the face's routes.
+ */
+export function addCallerHook(face: FastifyInstance, ctx: CoreContext): void {
+  face.addHook('onRequest', async (req) => {
     const mode = req.routeOptions.config.auth ?? 'principal';
-    // An unknown route is 404 for everyone; asking for credentials first would mislead.
+    // An unknown route is 404 for everyone; asking for credentials first would mislead. (The
+    // root's not-found handler answers those without this hook; the guard covers a face that
+    // sets its own.)
     if (mode === 'public' || req.is404) return;
     const query = req.query as Record<string, unknown> | undefined;
     const principal = await authenticate(ctx, {

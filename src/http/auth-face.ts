@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import {
@@ -9,17 +9,17 @@ import {
   openSession,
   revokeOwnSession,
   SESSION_COOKIE,
-  type NewSession,
-} from '../../auth/sessions.js';
-import { beginLogin, signup } from '../../core/accounts.js';
-import { notFound } from '../../core/errors.js';
-import { findWorkspace } from '../../core/workspaces.js';
-import { enrollTotp, stepUp, verifyLoginCode } from '../../core/second-factor.js';
-import type { CoreContext } from '../../core/context.js';
-import { describeCaller } from '../../core/identity.js';
-import { sessionUserView } from '../../presenters/identity.js';
-import { caller } from '../auth.js';
-import { errors, optionalBody } from '../schemas.js';
+} from '../auth/sessions.js';
+import { beginLogin, signup } from '../core/accounts.js';
+import { notFound } from '../core/errors.js';
+import { findWorkspace } from '../core/workspaces.js';
+import { enrollTotp, stepUp, verifyLoginCode } from '../core/second-factor.js';
+import type { CoreContext } from '../core/context.js';
+import { describeCaller } from '../core/identity.js';
+import { sessionUserView } from '../presenters/identity.js';
+import { addCallerHook, caller } from './shared/caller.js';
+import { errors, optionalBody } from './shared/schemas.js';
+import { setSessionCookies } from './shared/session-cookies.js';
 
 const SignupBody = z.strictObject({
   email: z.email().max(254),
@@ -37,49 +37,61 @@ const LoginResult = z.object({
   csrf_token: z.string(),
 });
 
-
-/** Sets the HttpOnly session cookie and the readable CSRF cookie. */
-function setSessionCookies(ctx: CoreContext, reply: FastifyReply, s: NewSession): void {
-  const secure = ctx.config.publicUrl.startsWith('https://');
-  reply.setCookie(SESSION_COOKIE, s.token, { httpOnly: true, sameSite: 'lax', path: '/', secure, expires: s.expiresAt });
-  reply.setCookie(CSRF_COOKIE, s.csrf, { httpOnly: false, sameSite: 'lax', path: '/', secure, expires: s.expiresAt });
+/**
+ * The sign-in face: accounts and sessions under /api/auth (spec §4 "Auth and sessions"). The spec
+ * also names sign-up at /api/v1/auth/signup (the documented one) and /auth/signup; those share no
+ * prefix with /api/auth, so app.ts registers this face at the root and the face gives each group
+ * its own prefix. Like the REST face it owns a caller hook (session cookie plus CSRF on unsafe
+ * methods, or an agent key). Host check and rate limits (the login and sign-up buckets, keyed by
+ * these paths) come from the root.
+ */
+export async function authFace(face: FastifyInstance): Promise<void> {
+  const ctx = face.ctx;
+  addCallerHook(face, ctx);
+  for (const prefix of SIGNUP_PREFIXES) {
+    await face.register(async (scope) => signupRoute(scope, ctx, { documented: prefix === '/api/v1/auth' }), { prefix });
+  }
+  await face.register(async (scope) => sessionRoutes(scope, ctx), { prefix: '/api/auth' });
 }
 
-export { setSessionCookies };
+/** Where sign-up answers; only the first is in the OpenAPI document. */
+const SIGNUP_PREFIXES = ['/api/v1/auth', '/auth', '/api/auth'] as const;
 
-export async function authRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
+async function signupRoute(app: FastifyInstance, ctx: CoreContext, opts: { documented: boolean }): Promise<void> {
   const r = app.withTypeProvider<ZodTypeProvider>();
 
-  for (const url of ['/api/v1/auth/signup', '/auth/signup', '/api/auth/signup']) {
-    r.post(
-      url,
-      {
-        config: { auth: 'public' },
-        schema: {
-          tags: ['auth'],
-          summary: 'Create an account and its own workspace (you are its owner); signs you in',
-          hide: url !== '/api/v1/auth/signup',
-          body: SignupBody,
-          response: { 201: LoginResult, ...errors(400, 403, 409, 429) },
-        },
+  r.post(
+    '/signup',
+    {
+      config: { auth: 'public' },
+      schema: {
+        tags: ['auth'],
+        summary: 'Create an account and its own workspace (you are its owner); signs you in',
+        hide: !opts.documented,
+        body: SignupBody,
+        response: { 201: LoginResult, ...errors(400, 403, 409, 429) },
       },
-      async (req, reply) => {
-        const { principalId, workspace } = await signup(ctx, req.body);
-        const pending = ctx.config.requireTotp ? ('totp_enroll' as const) : null;
-        const s = await openSession(ctx, principalId, workspace.id, pending);
-        setSessionCookies(ctx, reply, s);
-        return reply.code(201).send({
-          status: pending ? ('totp_enroll_required' as const) : ('ok' as const),
-          principal: { id: principalId, name: req.body.name, email: req.body.email.trim().toLowerCase() },
-          workspace: { id: workspace.id, slug: workspace.slug, name: workspace.name },
-          csrf_token: s.csrf,
-        });
-      },
-    );
-  }
+    },
+    async (req, reply) => {
+      const { principalId, workspace } = await signup(ctx, req.body);
+      const pending = ctx.config.requireTotp ? ('totp_enroll' as const) : null;
+      const s = await openSession(ctx, principalId, workspace.id, pending);
+      setSessionCookies(ctx, reply, s);
+      return reply.code(201).send({
+        status: pending ? ('totp_enroll_required' as const) : ('ok' as const),
+        principal: { id: principalId, name: req.body.name, email: req.body.email.trim().toLowerCase() },
+        workspace: { id: workspace.id, slug: workspace.slug, name: workspace.name },
+        csrf_token: s.csrf,
+      });
+    },
+  );
+}
+
+async function sessionRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
+  const r = app.withTypeProvider<ZodTypeProvider>();
 
   r.post(
-    '/api/auth/login',
+    '/login',
     {
       config: { auth: 'public' },
       schema: {
@@ -103,7 +115,7 @@ export async function authRoutes(app: FastifyInstance, ctx: CoreContext): Promis
   );
 
   r.post(
-    '/api/auth/totp/verify',
+    '/totp/verify',
     {
       config: { auth: 'pending' },
       schema: {
@@ -132,7 +144,7 @@ export async function authRoutes(app: FastifyInstance, ctx: CoreContext): Promis
   );
 
   r.post(
-    '/api/auth/totp/enroll',
+    '/totp/enroll',
     {
       config: { auth: 'pending' },
       schema: {
@@ -158,7 +170,7 @@ export async function authRoutes(app: FastifyInstance, ctx: CoreContext): Promis
   );
 
   r.post(
-    '/api/auth/stepup',
+    '/stepup',
     {
       config: { auth: 'session' },
       schema: {
@@ -172,7 +184,7 @@ export async function authRoutes(app: FastifyInstance, ctx: CoreContext): Promis
   );
 
   r.get(
-    '/api/auth/sessions',
+    '/sessions',
     {
       config: { auth: 'session' },
       schema: {
@@ -195,7 +207,7 @@ export async function authRoutes(app: FastifyInstance, ctx: CoreContext): Promis
   );
 
   r.delete(
-    '/api/auth/sessions/:id',
+    '/sessions/:id',
     {
       config: { auth: 'session' },
       schema: {
@@ -212,7 +224,7 @@ export async function authRoutes(app: FastifyInstance, ctx: CoreContext): Promis
   );
 
   r.post(
-    '/api/auth/logout',
+    '/logout',
     { config: { auth: 'pending' }, schema: { tags: ['auth'], summary: 'End this session and clear its cookies', response: { 200: z.object({ ok: z.literal(true) }), ...errors(401, 403) } } },
     async (req, reply) => {
       await closeSession(ctx, caller(req).sessionId!);
@@ -223,7 +235,7 @@ export async function authRoutes(app: FastifyInstance, ctx: CoreContext): Promis
   );
 
   r.get(
-    '/api/auth/me',
+    '/me',
     {
       config: { auth: 'session' },
       schema: {

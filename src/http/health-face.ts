@@ -2,9 +2,8 @@ import { sql } from 'kysely';
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import type { CoreContext } from '../../core/context.js';
-import { pingStore } from '../../store/db.js';
-import { GIT_SHA, VERSION } from '../../version.js';
+import { pingStore } from '../store/db.js';
+import { GIT_SHA, VERSION } from '../version.js';
 
 /** Vectors trail writes: `backlog` pages wait for them; `degraded` while the provider fails (writes go on). */
 const Embeddings = z.object({
@@ -30,8 +29,14 @@ const Reindex = z.object({
   last_error: z.string().nullable(),
 });
 
-export async function healthRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
-  const r = app.withTypeProvider<ZodTypeProvider>();
+/**
+ * The probes (spec §4 "Health"): GET /healthz and /readyz at the root, registered by app.ts
+ * without a prefix. Public; the root's host check exempts them from the Host test only, so a
+ * load balancer may call them by the node's IP.
+ */
+export async function healthFace(face: FastifyInstance): Promise<void> {
+  const ctx = face.ctx;
+  const r = face.withTypeProvider<ZodTypeProvider>();
 
   r.get(
     '/healthz',

@@ -10,10 +10,10 @@
  * more than one (the first is the usual one; the comment says when the others happen).
  */
 export const ERROR_CODES = {
-  // Request format (src/http/errors.ts maps framework errors to these).
+  // Request format (src/http/shared/errors.ts maps framework errors to these).
   /**
    * A schema or range error. Also the code of a framework 4xx whose status has no code of its
-   * own (src/http/errors.ts keeps the framework's status then, for example 414).
+   * own (src/http/shared/errors.ts keeps the framework's status then, for example 414).
    */
   invalid_request: 400,
   invalid_json: 400,
@@ -135,7 +135,7 @@ export type CodeWithStatus<S extends ErrorStatus> = { [C in ErrorCode]: S extend
  */
 export type StatusFor<C extends ErrorCode> = [SharedStatus<C>] extends [never] ? NoStatus : SharedStatus<C>;
 
-type NoStatus = 'unregistered code (see ERROR_CODES in src/core/error-codes.ts), or codes that share no status';
+type NoStatus = 'unregistered code (see ERROR_CODES in src/errors/codes.ts), or codes that share no status';
 
 // Distributes over the codes; inferring from the union of functions intersects their statuses.
 type SharedStatus<C extends ErrorCode> =

@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
-import { frameworkError, isServiceError, ServiceError, type ErrorCode } from '../core/errors.js';
+import { frameworkError, isServiceError, ServiceError, type ErrorCode } from '../../core/errors.js';
 
 /** The REST error body: `{ error: { code, message }, code }` plus any details the error carries. */
 export function errorBody(e: ServiceError): Record<string, unknown> {

@@ -1,0 +1,39 @@
+import type { FastifyInstance } from 'fastify';
+import { inboxRoutes } from './routes/inbox.js';
+import { meRoutes } from './routes/me.js';
+import { nodeRoutes } from './routes/nodes.js';
+import { principalRoutes } from './routes/principals.js';
+import { proposalRoutes } from './routes/proposals.js';
+import { retrievalRoutes } from './routes/retrieval.js';
+import { securityRoutes } from './routes/security.js';
+import { spaceRoutes } from './routes/spaces.js';
+import { threadRoutes } from './routes/threads.js';
+import { workspaceRoutes } from './routes/workspaces.js';
+import { addCallerHook } from './shared/caller.js';
+
+/**
+ * The REST face (spec §4): JSON under /api/v1, registered by app.ts with `{ prefix: '/api/v1' }`;
+ * every route path here and in routes/ is relative to it. It owns its caller hook (session cookie
+ * plus CSRF on unsafe methods, or an agent key, per route's `config.auth`). Host check, rate
+ * limits, nosniff and the JSON error and 404 answers come from the root (app.ts): they apply to
+ * unknown URLs under /api/v1 too. Route groups are added in the order the OpenAPI document lists
+ * them.
+ */
+export async function restFace(face: FastifyInstance): Promise<void> {
+  const ctx = face.ctx;
+  addCallerHook(face, ctx);
+
+  await meRoutes(face, ctx);
+  await principalRoutes(face, ctx);
+  await securityRoutes(face, ctx);
+  await spaceRoutes(face, ctx);
+  await nodeRoutes(face, ctx);
+  await retrievalRoutes(face, ctx);
+  await proposalRoutes(face, ctx);
+  await threadRoutes(face, ctx);
+  await inboxRoutes(face, ctx);
+  await workspaceRoutes(face, ctx);
+
+  // The document covers every face (it is read when asked, so routes registered later are in it).
+  face.get('/openapi.json', { config: { auth: 'public' }, schema: { hide: true } }, async () => face.swagger());
+}

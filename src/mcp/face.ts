@@ -1,0 +1,158 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
+import { authenticateMcp } from '../auth/resolve.js';
+import { isServiceError, ServiceError } from '../core/errors.js';
+import { toServiceError } from '../http/shared/errors.js';
+import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { ExchangeTransport } from './exchange.js';
+import { buildServer, buildShared, type McpCallContext } from './server.js';
+
+/** The face's two endpoints: the token's own workspace, and one pinned to a workspace slug. */
+export const MCP_PATHS = ['/mcp', '/w/:slug/mcp'] as const;
+
+/** JSON-RPC error codes used at the HTTP level (the SDK's own conventions). */
+const PARSE_ERROR = -32700;
+const SERVER_ERROR = -32000;
+const INTERNAL_ERROR = -32603;
+
+/** Idle servers kept for reuse. */
+const POOL = 64;
+
+function headerValue(v: string | string[] | undefined): string | undefined {
+  return Array.isArray(v) ? v[0] : v;
+}
+
+/**
+ * RFC 9728 §3.1 path-aware protected resource metadata URL of an MCP endpoint: the
+ * well-known segment goes between the host and the resource's path.
+ */
+export function resourceMetadataUrl(publicUrl: string, slug: string | undefined): string {
+  const base = new URL(publicUrl);
+  const prefix = base.pathname.replace(/\/+$/, '');
+  const resource = slug === undefined ? '/mcp' : `/w/${encodeURIComponent(slug)}/mcp`;
+  return `${base.origin}/.well-known/oauth-protected-resource${prefix}${resource}`;
+}
+
+function sendRpcError(reply: FastifyReply, e: ServiceError, rpcCode = e.status >= 500 ? INTERNAL_ERROR : SERVER_ERROR): FastifyReply {
+  return reply
+    .code(e.status)
+    .type('application/json; charset=utf-8')
+    .send({ jsonrpc: '2.0', error: { code: rpcCode, message: `${e.code}: ${e.message}` }, id: null });
+}
+
+/**
+ * The MCP face (spec §4 "MCP endpoints"): POST /mcp and /w/:slug/mcp, stateless Streamable
+ * HTTP with JSON responses. The two endpoints share no prefix, so app.ts registers the face at
+ * the root and it declares both paths. It owns its body parser, its error handler and its
+ * caller hook: bearer tokens only, checked in auth/ (authenticateMcp). Every failure outside a
+ * tool — no or bad token, bad JSON, wrong content type, too large, rate limited, wrong method —
+ * answers a JSON-RPC error body, never the REST one and never a 500. Host check and rate limits
+ * (one API bucket shared with /api/v1) come from the root.
+ */
+export async function mcpFace(face: FastifyInstance): Promise<void> {
+  const ctx = face.ctx;
+  const shared = buildShared();
+  // Servers are reused, one request at a time each: building one per request was a tenth of a call.
+  const idle: McpServer[] = [];
+  // Long-polls in flight end when the server closes.
+  const inFlight = new Set<AbortController>();
+  face.addHook('preClose', async () => {
+    for (const ac of inFlight) ac.abort();
+  });
+
+  // The body is read as text and parsed here, so bad JSON answers a JSON-RPC parse error.
+  face.removeAllContentTypeParsers();
+  face.addContentTypeParser('*', { parseAs: 'string' }, (_req, body, done) => done(null, body));
+
+  face.setErrorHandler((err, req, reply) => {
+    const e = toServiceError(err, req);
+    return sendRpcError(reply, e, e.code === 'invalid_json' ? PARSE_ERROR : undefined);
+  });
+
+  // Who is calling: bearer tokens only (agent keys now, OAuth later), checked in auth/.
+  face.addHook('onRequest', async (req, reply) => {
+    const slug = (req.params as { slug?: string }).slug;
+    try {
+      req.principal = await authenticateMcp(ctx, { authorization: headerValue(req.headers.authorization), ip: req.ip, pinnedWorkspace: slug });
+    } catch (e) {
+      if (isServiceError(e) && e.status === 401) {
+        const meta = `resource_metadata="${resourceMetadataUrl(ctx.config.publicUrl, slug)}"`;
+        const hasToken = headerValue(req.headers.authorization)?.trim();
+        reply.header('WWW-Authenticate', hasToken ? `Bearer error="invalid_token", ${meta}` : `Bearer ${meta}`);
+      }
+      throw e;
+    }
+  });
+
+  const post = async (req: FastifyRequest, reply: FastifyReply) => {
+    const type = headerValue(req.headers['content-type']) ?? '';
+    if (!/^application\/json\s*(;|$)/i.test(type)) {
+      return sendRpcError(reply, new ServiceError(415, 'unsupported_media_type', 'Content-Type must be application/json'));
+    }
+    let message: unknown;
+    try {
+      message = JSON.parse(typeof req.body === 'string' ? req.body : '');
+    } catch {
+      return sendRpcError(reply, new ServiceError(400, 'invalid_json', 'Parse error: the body is not valid JSON'), PARSE_ERROR);
+    }
+    const ac = new AbortController();
+    inFlight.add(ac);
+    const mcp = idle.pop() ?? buildServer(ctx, shared, face.log);
+    const transport = new ExchangeTransport();
+    const raw = reply.raw;
+    // A finished answer leaves nothing behind (JSON mode: no stream, no timer), so the
+    // server and transport are left to the GC; only a client that went away before its
+    // answer ends the call's work (an inbox long-poll) and the connection.
+    const done = () => {
+      inFlight.delete(ac);
+      if (raw.writableFinished) return;
+      ac.abort();
+      void mcp.close().catch(() => {});
+    };
+    raw.once('close', done);
+    try {
+      await mcp.connect(transport);
+      // The request's own unit (spent in the limits hook) pays for its first tool call.
+      let calls = 0;
+      const call: McpCallContext = {
+        principal: req.principal!,
+        signal: ac.signal,
+        spendBundle: () => req.spendLimit('bundle'),
+        spendCall: async () => {
+          if (++calls > 1) await req.spendLimit('api');
+        },
+      };
+      const authInfo: AuthInfo = { token: '', clientId: call.principal.id, scopes: [], extra: { mcp: call } };
+      const answer = await transport.exchange(message, { accept: headerValue(req.headers.accept), protocolVersion: headerValue(req.headers['mcp-protocol-version']) }, authInfo);
+      // The exchange is over: the server goes back to the pool for the next request.
+      await mcp.close();
+      if (!ac.signal.aborted && idle.length < POOL) idle.push(mcp);
+      reply.code(answer.status);
+      if (answer.body === null) return reply.send();
+      return reply.type('application/json').send(JSON.stringify(answer.body));
+    } catch (err) {
+      req.log.error({ err }, 'MCP request failed');
+      if (!raw.headersSent) {
+        return reply
+          .code(500)
+          .type('application/json; charset=utf-8')
+          .send(JSON.stringify({ jsonrpc: '2.0', error: { code: INTERNAL_ERROR, message: 'internal_error: Something went wrong on our side; it has been logged' }, id: null }));
+      }
+      if (!raw.writableEnded) raw.end();
+      return reply;
+    }
+  };
+
+  // Stateless: no server-initiated stream to GET and no session to DELETE (Streamable HTTP: 405).
+  const notAllowed = async (req: FastifyRequest, reply: FastifyReply) => {
+    reply.header('Allow', 'POST');
+    return sendRpcError(reply, new ServiceError(405, 'method_not_allowed', `${req.method} is not supported: this MCP server is stateless; POST JSON-RPC messages`));
+  };
+
+  for (const url of MCP_PATHS) {
+    const opts = { config: { auth: 'public' as const }, schema: { hide: true } };
+    face.post(url, opts, post);
+    face.get(url, opts, notAllowed);
+    face.delete(url, opts, notAllowed);
+  }
+}
