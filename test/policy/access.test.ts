@@ -3,30 +3,11 @@ import { baseCeiling, canGrant, canManageAgent, ceilingFor, scopeCovers } from '
 import { canDiff, canReadPage, decideDelete, decideWrite } from '../../src/policy/pages.js';
 import type { Grant, Principal, Role } from '../../src/policy/principal.js';
 import { LEVELS, type Level } from '../../src/policy/sensitivity.js';
+import { agent as agentOf, human } from './support.js';
 
-function human(role: Role): Principal {
-  return {
-    id: `pr_${role}`,
-    kind: 'human',
-    name: role,
-    workspaceId: 'ws_1',
-    workspaceSlug: 'w',
-    role,
-    grants: [],
-    agentCeiling: null,
-    keyCeiling: null,
-    via: 'session',
-    sessionId: 'se_1',
-    keyId: null,
-    stepUpAt: null,
-    elevatedUntil: null,
-    createdBy: null,
-  };
-}
 
-function agent(grants: Grant[], agentCeiling: Level = 'secret', keyCeiling: Level | null = null, elevatedUntil: string | null = null): Principal {
-  return { ...human('viewer'), id: 'pr_agent', kind: 'agent', role: null, grants, agentCeiling, keyCeiling, via: 'key', sessionId: null, keyId: 'tk_1', elevatedUntil, createdBy: 'pr_owner' };
-}
+const agent = (grants: Grant[], agentCeiling: Level = 'secret', keyCeiling: Level | null = null, elevatedUntil: string | null = null): Principal =>
+  agentOf(grants, { agentCeiling, keyCeiling, elevatedUntil });
 
 const page = (path: string, sensitivity: Level, blockLevel: Level | null = null) => ({ path, sensitivity, blockLevel });
 

@@ -1,9 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { ServiceError } from '../../src/core/errors.js';
 import { decideLogAppend } from '../../src/policy/log.js';
-import type { Decision, PageFacts } from '../../src/policy/pages.js';
-import type { Grant, Principal, Role } from '../../src/policy/principal.js';
-import type { Level } from '../../src/policy/sensitivity.js';
+import type { PageFacts } from '../../src/policy/pages.js';
+import type { Principal } from '../../src/policy/principal.js';
+import { FUTURE, PAST, human, agent, g, outcome, ALLOW, forbid, type Outcome } from './support.js';
 
 /**
  * Table-driven test of src/policy/log.ts (issue 12): appending to a Space's or folder's log.md
@@ -12,62 +11,6 @@ import type { Level } from '../../src/policy/sensitivity.js';
  * the future or the past.
  */
 
-const FUTURE = '2999-01-01T00:00:00.000Z';
-const PAST = '2000-01-01T00:00:00.000Z';
-
-function human(role: Role | null, over: Partial<Principal> = {}): Principal {
-  return {
-    id: `pr_${role ?? 'none'}`,
-    kind: 'human',
-    name: role ?? 'nobody',
-    workspaceId: 'ws_1',
-    workspaceSlug: 'w',
-    role,
-    grants: [],
-    agentCeiling: null,
-    keyCeiling: null,
-    via: 'session',
-    sessionId: 'se_1',
-    keyId: null,
-    stepUpAt: null,
-    elevatedUntil: null,
-    createdBy: null,
-    ...over,
-  };
-}
-
-function agent(grants: Grant[], over: Partial<Principal> = {}): Principal {
-  return {
-    id: 'pr_agent',
-    kind: 'agent',
-    name: 'bot',
-    workspaceId: 'ws_1',
-    workspaceSlug: 'w',
-    role: null,
-    grants,
-    agentCeiling: 'secret',
-    keyCeiling: null,
-    via: 'key',
-    sessionId: null,
-    keyId: 'tk_1',
-    stepUpAt: null,
-    elevatedUntil: null,
-    createdBy: 'pr_owner',
-    creatorRole: 'owner',
-    ...over,
-  };
-}
-
-const g = (action: Grant['action'], scope: string, ceiling: Level): Grant => ({ action, scope, ceiling });
-
-type Outcome = { kind: 'allow' } | { kind: 'deny'; status: number; code: string; message: string };
-function outcome(d: Decision): Outcome {
-  if (d.kind === 'allow') return { kind: 'allow' };
-  expect(d.error).toBeInstanceOf(ServiceError);
-  return { kind: 'deny', status: d.error.status, code: d.error.code, message: d.error.message };
-}
-const ALLOW: Outcome = { kind: 'allow' };
-const forbid = (message: string, code = 'forbidden'): Outcome => ({ kind: 'deny', status: 403, code, message });
 const log = (path: string, sensitivity: string, blockLevel: string | null = null): PageFacts => ({ path, sensitivity, blockLevel });
 
 describe('decideLogAppend: propose over the log path, at or above its level', () => {

@@ -1,5 +1,4 @@
 import { describe, expect, it } from 'vitest';
-import { ServiceError } from '../../src/core/errors.js';
 import {
   blockVisibility,
   canDiff,
@@ -14,8 +13,9 @@ import {
   type Decision,
   type PageFacts,
 } from '../../src/policy/pages.js';
-import type { Grant, Principal, Role } from '../../src/policy/principal.js';
+import type { Principal } from '../../src/policy/principal.js';
 import { LEVELS, type Level } from '../../src/policy/sensitivity.js';
+import { NOW, ago, FIVE_MIN, FUTURE, PAST, human, agent, g, outcome, ALLOW, forbid, type Outcome } from './support.js';
 
 /**
  * Table-driven test of src/policy/pages.ts (issue 12). test/policy/access.test.ts touches a few
@@ -23,65 +23,6 @@ import { LEVELS, type Level } from '../../src/policy/sensitivity.js';
  * reads the clock for elevations (far future / past here); step-up rows pass a pinned `now`.
  */
 
-const NOW = new Date('2030-06-01T12:00:00.000Z');
-const ago = (ms: number) => new Date(NOW.getTime() - ms).toISOString();
-const FIVE_MIN = 5 * 60 * 1000;
-const FUTURE = '2999-01-01T00:00:00.000Z';
-const PAST = '2000-01-01T00:00:00.000Z';
-
-function human(role: Role | null, over: Partial<Principal> = {}): Principal {
-  return {
-    id: `pr_${role ?? 'none'}`,
-    kind: 'human',
-    name: role ?? 'nobody',
-    workspaceId: 'ws_1',
-    workspaceSlug: 'w',
-    role,
-    grants: [],
-    agentCeiling: null,
-    keyCeiling: null,
-    via: 'session',
-    sessionId: 'se_1',
-    keyId: null,
-    stepUpAt: null,
-    elevatedUntil: null,
-    createdBy: null,
-    ...over,
-  };
-}
-
-function agent(grants: Grant[], over: Partial<Principal> = {}): Principal {
-  return {
-    id: 'pr_agent',
-    kind: 'agent',
-    name: 'bot',
-    workspaceId: 'ws_1',
-    workspaceSlug: 'w',
-    role: null,
-    grants,
-    agentCeiling: 'secret',
-    keyCeiling: null,
-    via: 'key',
-    sessionId: null,
-    keyId: 'tk_1',
-    stepUpAt: null,
-    elevatedUntil: null,
-    createdBy: 'pr_owner',
-    creatorRole: 'owner',
-    ...over,
-  };
-}
-
-const g = (action: Grant['action'], scope: string, ceiling: Level): Grant => ({ action, scope, ceiling });
-
-type Outcome = { kind: 'allow' } | { kind: 'deny'; status: number; code: string; message: string };
-function outcome(d: Decision): Outcome {
-  if (d.kind === 'allow') return { kind: 'allow' };
-  expect(d.error).toBeInstanceOf(ServiceError);
-  return { kind: 'deny', status: d.error.status, code: d.error.code, message: d.error.message };
-}
-const ALLOW: Outcome = { kind: 'allow' };
-const forbid = (message: string, code = 'forbidden'): Outcome => ({ kind: 'deny', status: 403, code, message });
 const page = (path: string, sensitivity: string, blockLevel: string | null = null): PageFacts => ({ path, sensitivity, blockLevel });
 const FRESH = { stepUpAt: ago(60_000) };
 const stepUp = (what: string) => forbid(`${what} needs a step-up within the last 5 minutes (POST /api/auth/stepup)`, 'step_up_required');
