@@ -1,9 +1,9 @@
 import { isIP } from 'node:net';
 import type { CoreContext } from '../core/context.js';
 import { forbidden, notFound, unauthorized } from '../core/errors.js';
+import { toGrant, toLevel } from '../core/principal-loader.js';
 import { findWorkspace } from '../core/workspaces.js';
-import type { Action, Grant, Principal, Role } from '../policy/principal.js';
-import { isLevel, type Level } from '../policy/sensitivity.js';
+import type { Grant, Principal, Role } from '../policy/principal.js';
 import { hashSecret, safeEqual } from './secrets.js';
 import { SESSION_IDLE_MS } from './sessions.js';
 
@@ -25,10 +25,6 @@ export interface Credentials {
 /** How fresh a key's last_used_at and a session's last_seen_at are kept. */
 const KEY_USE_RESOLUTION_MS = 60_000;
 
-function toLevel(v: string | null): Level | null {
-  return isLevel(v) ? v : null;
-}
-
 /** Loads an agent's grants in their stored order. */
 export async function loadGrants(ctx: CoreContext, principalId: string): Promise<Grant[]> {
   const rows = await ctx.store.db
@@ -37,7 +33,7 @@ export async function loadGrants(ctx: CoreContext, principalId: string): Promise
     .where('principal_id', '=', principalId)
     .orderBy('position')
     .execute();
-  return rows.map((r) => ({ action: r.action as Action, scope: r.scope, ceiling: toLevel(r.ceiling) ?? 'public' }));
+  return rows.map(toGrant);
 }
 
 function sameIp(a: string, b: string): boolean {

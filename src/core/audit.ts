@@ -1,5 +1,6 @@
 import crypto from 'node:crypto';
 import type { Executor } from '../store/db.js';
+import type { AuditLogTable } from '../store/schema.js';
 
 export interface AuditInput {
   principalId: string | null;
@@ -10,15 +11,11 @@ export interface AuditInput {
 
 const GENESIS = '0'.repeat(64);
 
+/** The columns of an entry that its hash covers. */
+type HashedEntry = Pick<AuditLogTable, 'seq' | 'at' | 'principal_id' | 'action' | 'node_id' | 'detail'>;
+
 /** The hash of an entry covers its predecessor's hash, so any edit or removal breaks the chain. */
-export function auditHash(prevHash: string, entry: {
-  seq: number;
-  at: string;
-  principal_id: string | null;
-  action: string;
-  node_id: string | null;
-  detail: string;
-}): string {
+export function auditHash(prevHash: string, entry: HashedEntry): string {
   const canonical = JSON.stringify([prevHash, entry.seq, entry.at, entry.principal_id, entry.action, entry.node_id, entry.detail]);
   return crypto.createHash('sha256').update(canonical).digest('hex');
 }

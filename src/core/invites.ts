@@ -19,18 +19,10 @@ export const INVITE_MAX_DAYS = 30;
 const newInviteId = () => `in_${ulid().toLowerCase()}`;
 
 /** An invite as owners see it in listings: never the token, only a hint. */
-export interface InviteRecord {
-  id: string;
-  role: Role;
-  email: string | null;
+export interface InviteRecord
+  extends Pick<InvitesTable, 'id' | 'role' | 'email' | 'created_by' | 'created_at' | 'expires_at' | 'revoked_at' | 'accepted_at' | 'accepted_by'> {
   hint: string;
   state: InviteState;
-  created_by: string;
-  created_at: string;
-  expires_at: string;
-  revoked_at: string | null;
-  accepted_at: string | null;
-  accepted_by: string | null;
 }
 
 /** A new invite: the token and its URL are in this answer only. */

@@ -10,6 +10,7 @@ import { forbidden, notFound } from './errors.js';
 import { nowIso } from './ids.js';
 import { findWorkspace } from './workspaces.js';
 import { capCreatorsAgents, suspendCreatorsAgents } from './principals.js';
+import { liveMembers } from './principal-loader.js';
 import { ROLE_ACTIONS, ROLE_CEILING } from '../policy/access.js';
 import { rank } from '../policy/sensitivity.js';
 
@@ -74,12 +75,7 @@ async function ownerCount(db: Executor, workspaceId: string): Promise<number> {
 }
 
 function memberQuery(db: Executor, workspaceId: string) {
-  return db
-    .selectFrom('members')
-    .innerJoin('principals', 'principals.id', 'members.principal_id')
-    .select(['principals.id', 'principals.name', 'principals.email', 'members.role', 'members.created_at as joined_at'])
-    .where('members.workspace_id', '=', workspaceId)
-    .where('principals.deleted_at', 'is', null);
+  return liveMembers(db, workspaceId).select(['principals.id', 'principals.name', 'principals.email', 'members.role', 'members.created_at as joined_at']);
 }
 
 function enforce(d: MemberDecision): void {

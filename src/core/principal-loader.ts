@@ -1,6 +1,7 @@
 import type { Action, Grant, Principal, Role } from '../policy/principal.js';
 import { isLevel, type Level } from '../policy/sensitivity.js';
 import type { Executor } from '../store/db.js';
+import type { GrantsTable } from '../store/schema.js';
 
 /**
  * Builds the Principal of someone other than the caller, as policy would see them in a
@@ -15,25 +16,34 @@ export interface WorkspacePrincipal {
   kind: 'human' | 'agent';
 }
 
-const toLevel = (v: string | null): Level | null => (isLevel(v) ? v : null);
+/** A stored level, or null when the column holds none. */
+export const toLevel = (v: string | null): Level | null => (isLevel(v) ? v : null);
+
+/** A stored grant row as policy sees it (a ceiling that is not a level reads as public). */
+export const toGrant = (g: Pick<GrantsTable, 'action' | 'scope' | 'ceiling'>): Grant => ({
+  action: g.action as Action,
+  scope: g.scope,
+  ceiling: toLevel(g.ceiling) ?? 'public',
+});
+
+/** The members of a workspace whose account is not deleted: `members` joined to `principals`, to select from. */
+export function liveMembers(db: Executor, workspaceId: string) {
+  return db
+    .selectFrom('members')
+    .innerJoin('principals', 'principals.id', 'members.principal_id')
+    .where('members.workspace_id', '=', workspaceId)
+    .where('principals.deleted_at', 'is', null);
+}
+
+/** The agents of a workspace that are not deleted (suspended ones included), to select from. */
+export function workspaceAgents(db: Executor, workspaceId: string) {
+  return db.selectFrom('principals').where('workspace_id', '=', workspaceId).where('kind', '=', 'agent').where('deleted_at', 'is', null);
+}
 
 /** Every live principal of the workspace: members (humans) and its agents, with names. */
 export async function workspacePrincipals(db: Executor, workspaceId: string): Promise<WorkspacePrincipal[]> {
-  const humans = await db
-    .selectFrom('members')
-    .innerJoin('principals', 'principals.id', 'members.principal_id')
-    .select(['principals.id', 'principals.name'])
-    .where('members.workspace_id', '=', workspaceId)
-    .where('principals.deleted_at', 'is', null)
-    .execute();
-  const agents = await db
-    .selectFrom('principals')
-    .select(['id', 'name'])
-    .where('workspace_id', '=', workspaceId)
-    .where('kind', '=', 'agent')
-    .where('deleted_at', 'is', null)
-    .where('suspended_at', 'is', null)
-    .execute();
+  const humans = await liveMembers(db, workspaceId).select(['principals.id', 'principals.name']).execute();
+  const agents = await workspaceAgents(db, workspaceId).select(['id', 'name']).where('suspended_at', 'is', null).execute();
   return [...humans.map((h) => ({ ...h, kind: 'human' as const })), ...agents.map((a) => ({ ...a, kind: 'agent' as const }))];
 }
 
@@ -44,6 +54,7 @@ export async function loadPrincipals(db: Executor, workspaceId: string, ids: rea
   if (wanted.length === 0) return out;
   const ws = await db.selectFrom('workspaces').select(['id', 'slug']).where('id', '=', workspaceId).executeTakeFirst();
   if (!ws) return out;
+  // No key or session is involved; a human holds none of an agent's grants, ceiling, elevation or creator.
   const base = {
     workspaceId: ws.id,
     workspaceSlug: ws.slug,
@@ -51,37 +62,18 @@ export async function loadPrincipals(db: Executor, workspaceId: string, ids: rea
     sessionId: null,
     keyId: null,
     stepUpAt: null,
+    agentCeiling: null,
+    elevatedUntil: null,
+    createdBy: null,
   };
 
-  const humans = await db
-    .selectFrom('members')
-    .innerJoin('principals', 'principals.id', 'members.principal_id')
-    .select(['principals.id', 'principals.name', 'members.role'])
-    .where('members.workspace_id', '=', workspaceId)
-    .where('principals.deleted_at', 'is', null)
-    .where('principals.id', 'in', wanted)
-    .execute();
+  const humans = await liveMembers(db, workspaceId).select(['principals.id', 'principals.name', 'members.role']).where('principals.id', 'in', wanted).execute();
   for (const h of humans) {
-    out.set(h.id, {
-      ...base,
-      id: h.id,
-      kind: 'human',
-      name: h.name,
-      role: h.role as Role,
-      grants: [],
-      agentCeiling: null,
-      via: 'session',
-      elevatedUntil: null,
-      createdBy: null,
-    });
+    out.set(h.id, { ...base, id: h.id, kind: 'human', name: h.name, role: h.role as Role, grants: [], via: 'session' });
   }
 
-  const agents = await db
-    .selectFrom('principals')
+  const agents = await workspaceAgents(db, workspaceId)
     .select(['id', 'name', 'ceiling', 'created_by'])
-    .where('workspace_id', '=', workspaceId)
-    .where('kind', '=', 'agent')
-    .where('deleted_at', 'is', null)
     .where('suspended_at', 'is', null)
     .where('id', 'in', wanted)
     .execute();
@@ -97,7 +89,7 @@ export async function loadPrincipals(db: Executor, workspaceId: string, ids: rea
   const grants = new Map<string, Grant[]>();
   for (const g of grantRows) {
     const list = grants.get(g.principal_id) ?? [];
-    list.push({ action: g.action as Action, scope: g.scope, ceiling: toLevel(g.ceiling) ?? 'public' });
+    list.push(toGrant(g));
     grants.set(g.principal_id, list);
   }
   const elevations = await db

@@ -3,6 +3,7 @@ import { hashSecret, newSecret, secretHint } from '../auth/secrets.js';
 import { canGrant, canManageAgent, capGrantsToRole, grantingNeedsStepUp, hasStepUp, ROLE_CEILING, seesPrincipalDetails } from '../policy/access.js';
 import type { Grant, Principal, Role } from '../policy/principal.js';
 import type { Executor } from '../store/db.js';
+import type { AgentKeysTable } from '../store/schema.js';
 import { atOrBelow, minLevel, type Level } from '../policy/sensitivity.js';
 import { inTransaction } from '../store/tx.js';
 import { appendAudit } from './audit.js';
@@ -10,6 +11,7 @@ import type { CoreContext } from './context.js';
 import { badRequest, conflict, forbidden, notFound } from './errors.js';
 import { newId, nowIso } from './ids.js';
 import { parseFolderPath } from './paths.js';
+import { liveMembers, workspaceAgents } from './principal-loader.js';
 
 export interface AgentRecord {
   id: string;
@@ -61,14 +63,7 @@ function checkGrants(p: Principal & { role: NonNullable<Principal['role']> }, gr
 }
 
 async function loadAgentRow(ctx: CoreContext, p: Principal, id: string) {
-  const row = await ctx.store.db
-    .selectFrom('principals')
-    .selectAll()
-    .where('id', '=', id)
-    .where('kind', '=', 'agent')
-    .where('workspace_id', '=', p.workspaceId)
-    .where('deleted_at', 'is', null)
-    .executeTakeFirst();
+  const row = await workspaceAgents(ctx.store.db, p.workspaceId).selectAll().where('id', '=', id).executeTakeFirst();
   if (!row) throw notFound(`Principal ${id} not found`);
   return row;
 }
@@ -126,20 +121,12 @@ export async function createAgent(
 /** Humans (members) and agents of the workspace; agents see only id, name and kind. */
 export async function listPrincipals(ctx: CoreContext, p: Principal): Promise<PrincipalSummary[]> {
   const db = ctx.store.db;
-  const humans = await db
-    .selectFrom('members')
-    .innerJoin('principals', 'principals.id', 'members.principal_id')
+  const humans = await liveMembers(db, p.workspaceId)
     .select(['principals.id', 'principals.name', 'principals.email', 'members.role', 'members.created_at'])
-    .where('members.workspace_id', '=', p.workspaceId)
-    .where('principals.deleted_at', 'is', null)
     .orderBy('members.created_at')
     .execute();
-  const agents = await db
-    .selectFrom('principals')
+  const agents = await workspaceAgents(db, p.workspaceId)
     .select(['id', 'name', 'ceiling', 'created_by', 'created_at', 'suspended_at'])
-    .where('workspace_id', '=', p.workspaceId)
-    .where('kind', '=', 'agent')
-    .where('deleted_at', 'is', null)
     .orderBy('created_at')
     .execute();
   const full = seesPrincipalDetails(p);
@@ -211,17 +198,7 @@ export async function replaceGrants(ctx: CoreContext, p: Principal, id: string, 
   return checked;
 }
 
-export interface KeyRecord {
-  id: string;
-  name: string;
-  hint: string;
-  ceiling: string | null;
-  ip_pin: string | null;
-  expires_at: string | null;
-  revoked_at: string | null;
-  created_at: string;
-  last_used_at: string | null;
-}
+export type KeyRecord = Pick<AgentKeysTable, 'id' | 'name' | 'hint' | 'ceiling' | 'ip_pin' | 'expires_at' | 'revoked_at' | 'created_at' | 'last_used_at'>;
 
 export async function listKeys(ctx: CoreContext, p: Principal, id: string): Promise<KeyRecord[]> {
   await manageable(ctx, p, id);
@@ -319,14 +296,7 @@ export async function adoptAgent(ctx: CoreContext, p: Principal, id: string): Pr
  * creator's current role too; this makes the stored grants say the truth.
  */
 export async function capCreatorsAgents(trx: Executor, workspaceId: string, actorId: string, creatorId: string, role: Role): Promise<void> {
-  const agents = await trx
-    .selectFrom('principals')
-    .select(['id', 'ceiling'])
-    .where('workspace_id', '=', workspaceId)
-    .where('kind', '=', 'agent')
-    .where('created_by', '=', creatorId)
-    .where('deleted_at', 'is', null)
-    .execute();
+  const agents = await workspaceAgents(trx, workspaceId).select(['id', 'ceiling']).where('created_by', '=', creatorId).execute();
   for (const a of agents) {
     const rows = await trx.selectFrom('grants').selectAll().where('principal_id', '=', a.id).orderBy('position').execute();
     const before = rows.map((r) => ({ action: r.action as Grant['action'], scope: r.scope, ceiling: r.ceiling as Level }));
@@ -344,15 +314,7 @@ export async function capCreatorsAgents(trx: Executor, workspaceId: string, acto
  * every key of theirs revoked, in the caller's transaction, until an owner adopts them.
  */
 export async function suspendCreatorsAgents(trx: Executor, workspaceId: string, actorId: string, creatorId: string, now: string): Promise<number> {
-  const agents = await trx
-    .selectFrom('principals')
-    .select('id')
-    .where('workspace_id', '=', workspaceId)
-    .where('kind', '=', 'agent')
-    .where('created_by', '=', creatorId)
-    .where('deleted_at', 'is', null)
-    .where('suspended_at', 'is', null)
-    .execute();
+  const agents = await workspaceAgents(trx, workspaceId).select('id').where('created_by', '=', creatorId).where('suspended_at', 'is', null).execute();
   for (const a of agents) {
     await trx.updateTable('principals').set({ suspended_at: now }).where('id', '=', a.id).execute();
     await trx.updateTable('agent_keys').set({ revoked_at: now }).where('principal_id', '=', a.id).where('revoked_at', 'is', null).execute();

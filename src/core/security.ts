@@ -1,11 +1,13 @@
 import { hashSecret, newSecret, secretHint } from '../auth/secrets.js';
 import { hasStepUp } from '../policy/access.js';
 import type { Principal } from '../policy/principal.js';
+import type { ElevationsTable, GitTokensTable } from '../store/schema.js';
 import { inTransaction } from '../store/tx.js';
 import { appendAudit } from './audit.js';
 import type { CoreContext } from './context.js';
 import { badRequest, conflict, forbidden, notFound, ServiceError } from './errors.js';
 import { newId, nowIso } from './ids.js';
+import { workspaceAgents } from './principal-loader.js';
 import { requireWorkspace } from './workspaces.js';
 
 /** Workspace-level safety acts: lockdown, elevations, git tokens. All are `+U` for humans. */
@@ -89,13 +91,7 @@ export async function lockdown(
 /** Elevations are bounded (docs/decisions.md): 1 to 480 minutes, 60 by default. */
 export const ELEVATION_MAX_MINUTES = 480;
 
-export interface ElevationRecord {
-  id: string;
-  agent_id: string;
-  reason: string;
-  created_at: string;
-  expires_at: string;
-}
+export type ElevationRecord = Pick<ElevationsTable, 'id' | 'agent_id' | 'reason' | 'created_at' | 'expires_at'>;
 
 /**
  * An elevation must do what its name says (issue 11): while it lasts the agent reads at secret
@@ -131,14 +127,7 @@ export async function elevate(
   if (input.minutes < 1 || input.minutes > ELEVATION_MAX_MINUTES) {
     throw badRequest(`minutes must be between 1 and ${ELEVATION_MAX_MINUTES}`);
   }
-  const agent = await ctx.store.db
-    .selectFrom('principals')
-    .select(['id', 'suspended_at'])
-    .where('id', '=', input.agent_id)
-    .where('kind', '=', 'agent')
-    .where('workspace_id', '=', p.workspaceId)
-    .where('deleted_at', 'is', null)
-    .executeTakeFirst();
+  const agent = await workspaceAgents(ctx.store.db, p.workspaceId).select(['id', 'suspended_at']).where('id', '=', input.agent_id).executeTakeFirst();
   if (!agent) throw notFound(`Agent ${input.agent_id} not found`);
   await assertElevationTakesEffect(ctx, agent);
   const now = new Date();
@@ -159,13 +148,7 @@ export async function elevate(
 /** Git tokens live at most a year; 365 days is the default (spec §8). */
 export const GIT_TOKEN_MAX_DAYS = 365;
 
-export interface GitTokenRecord {
-  id: string;
-  name: string;
-  hint: string;
-  created_at: string;
-  expires_at: string;
-}
+export type GitTokenRecord = Pick<GitTokensTable, 'id' | 'name' | 'hint' | 'created_at' | 'expires_at'>;
 
 /** A human mints a git token for themselves in the current workspace; shown once. */
 export async function mintGitToken(

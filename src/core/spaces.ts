@@ -4,6 +4,7 @@ import { canReadPage } from '../policy/pages.js';
 import type { Principal } from '../policy/principal.js';
 import { atOrBelow, LEVELS } from '../policy/sensitivity.js';
 import type { Executor } from '../store/db.js';
+import type { SpacesTable } from '../store/schema.js';
 import { inTransaction } from '../store/tx.js';
 import { appendAudit } from './audit.js';
 import type { CoreContext } from './context.js';
@@ -11,12 +12,7 @@ import { conflict, forbidden, notFound } from './errors.js';
 import { nowIso } from './ids.js';
 import { folderChain, parseFolderPath, parseSpaceId } from './paths.js';
 
-export interface SpaceRecord {
-  id: string;
-  name: string;
-  summary: string;
-  created_at: string;
-}
+export type SpaceRecord = Pick<SpacesTable, 'id' | 'name' | 'summary' | 'created_at'>;
 
 /** A Space named by a page path that does not exist yet is created with it (docs/decisions.md). */
 export async function ensureSpace(trx: Executor, workspaceId: string, space: string, now: string): Promise<void> {

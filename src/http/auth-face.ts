@@ -12,11 +12,11 @@ import {
 } from '../auth/sessions.js';
 import { beginLogin, signup } from '../core/accounts.js';
 import { notFound } from '../core/errors.js';
-import { findWorkspace } from '../core/workspaces.js';
 import { enrollTotp, stepUp, verifyLoginCode } from '../core/second-factor.js';
 import type { CoreContext } from '../core/context.js';
-import { describeCaller } from '../core/identity.js';
+import { describeCaller, signedInAs } from '../core/identity.js';
 import { sessionUserView } from '../presenters/identity.js';
+import { IdParams, RevokedSchema } from './schemas.js';
 import { addCallerHook, caller } from './shared/caller.js';
 import { errors, optionalBody } from './shared/schemas.js';
 import { setSessionCookies } from './shared/session-cookies.js';
@@ -133,13 +133,8 @@ async function sessionRoutes(app: FastifyInstance, ctx: CoreContext): Promise<vo
       const token = req.cookies[SESSION_COOKIE]!;
       const csrf = req.cookies[CSRF_COOKIE] ?? '';
       setSessionCookies(ctx, reply, { id: p.sessionId!, token, csrf, expiresAt });
-      const who = await ctx.store.db.selectFrom('principals').select(['name', 'email']).where('id', '=', p.id).executeTakeFirstOrThrow();
-      return {
-        status: 'ok' as const,
-        principal: { id: p.id, name: who.name, email: who.email ?? '' },
-        workspace: { id: p.workspaceId, slug: p.workspaceSlug, name: (await findWorkspace(ctx.store.db, p.workspaceId))?.name ?? p.workspaceSlug },
-        csrf_token: csrf,
-      };
+      const { principal, workspace } = await signedInAs(ctx, p);
+      return { status: 'ok' as const, principal, workspace, csrf_token: csrf };
     },
   );
 
@@ -213,8 +208,8 @@ async function sessionRoutes(app: FastifyInstance, ctx: CoreContext): Promise<vo
       schema: {
         tags: ['auth'],
         summary: 'End one of your own sessions',
-        params: z.object({ id: z.string().min(1).max(100) }),
-        response: { 200: z.object({ revoked: z.literal(true), id: z.string() }), ...errors(401, 403, 404) },
+        params: IdParams,
+        response: { 200: RevokedSchema, ...errors(401, 403, 404) },
       },
     },
     async (req) => {

@@ -1,7 +1,7 @@
-import { sql } from 'kysely';
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
+import { pageTotals } from '../core/pages/read.js';
 import { pingStore } from '../store/db.js';
 import { GIT_SHA, VERSION } from '../version.js';
 
@@ -29,6 +29,16 @@ const Reindex = z.object({
   last_error: z.string().nullable(),
 });
 
+/** `/readyz`, ready (200) or not (503). */
+const Readiness = z.object({
+  status: z.enum(['ready', 'unavailable']),
+  version: z.string(),
+  git_sha: z.string(),
+  database: z.object({ ok: z.boolean(), engine: z.string() }),
+  embeddings: Embeddings,
+  reindex: Reindex,
+});
+
 /**
  * The probes (spec §4 "Health"): GET /healthz and /readyz at the root, registered by app.ts
  * without a prefix. Public; the root's host check exempts them from the Host test only, so a
@@ -52,15 +62,8 @@ export async function healthFace(face: FastifyInstance): Promise<void> {
     },
     async (_req, reply) => {
       try {
-        const row = await ctx.store.db
-          .selectFrom('pages')
-          .select(sql<number>`count(*)`.as('n'))
-          .where('deleted_at', 'is', null)
-          .executeTakeFirstOrThrow();
-        // The keyword index is written in each page write's own transaction, deletes included:
-        // the latest page write is the latest indexed write.
-        const idx = await ctx.store.db.selectFrom('pages').select(sql<string | null>`max(updated_at)`.as('at')).executeTakeFirstOrThrow();
-        return { status: 'ok' as const, version: VERSION, nodes: Number(row.n), indexed_at: idx.at };
+        const { nodes, indexed_at } = await pageTotals(ctx);
+        return { status: 'ok' as const, version: VERSION, nodes, indexed_at };
       } catch {
         return reply.code(503).send({ status: 'unavailable' as const, version: VERSION });
       }
@@ -73,24 +76,7 @@ export async function healthFace(face: FastifyInstance): Promise<void> {
       config: { auth: 'public' },
       schema: {
         tags: ['health'],
-        response: {
-          '2xx': z.object({
-            status: z.enum(['ready', 'unavailable']),
-            version: z.string(),
-            git_sha: z.string(),
-            database: z.object({ ok: z.boolean(), engine: z.string() }),
-            embeddings: Embeddings,
-            reindex: Reindex,
-          }),
-          503: z.object({
-            status: z.enum(['ready', 'unavailable']),
-            version: z.string(),
-            git_sha: z.string(),
-            database: z.object({ ok: z.boolean(), engine: z.string() }),
-            embeddings: Embeddings,
-            reindex: Reindex,
-          }),
-        },
+        response: { '2xx': Readiness, 503: Readiness },
       },
     },
     async (_req, reply) => {

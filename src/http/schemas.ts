@@ -1,15 +1,28 @@
 import { z } from 'zod';
 import { ACTIONS } from '../policy/principal.js';
 import { LEVELS } from '../policy/sensitivity.js';
-import { ARCHIVE_REASONS } from '../core/pages/content.js';
+import { PageRef } from '../core/pages/input.js';
 
 /**
  * Shared request and response schemas of the REST face; the OpenAPI document is generated from them.
- * The error body and the body helpers every JSON face uses are in shared/schemas.ts.
+ * The error body and the body helpers every JSON face uses are in shared/schemas.ts. The fields of
+ * an action's input and their limits are the action's own, beside its core function (e.g.
+ * core/pages/input.ts, retrieval/search-input.ts), shared with the MCP tools.
  */
 
 export const Level = z.enum(LEVELS);
-export const ArchiveReason = z.enum(ARCHIVE_REASONS);
+
+/** `:id` of the page routes. */
+export const PageRefParams = z.object({ id: PageRef.describe('A page id (pg_…) or its URL-encoded path') });
+
+/** The id of a record (an agent, a key, a proposal, a session, a workspace…). */
+export const RecordId = z.string().min(1).max(100);
+
+/** `:id` of a record named by its id. */
+export const IdParams = z.object({ id: RecordId });
+
+/** What revoking a key or a session answers. */
+export const RevokedSchema = z.object({ revoked: z.literal(true), id: z.string() });
 
 export const GrantSchema = z.strictObject({
   action: z.enum(ACTIONS),

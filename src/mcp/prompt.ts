@@ -5,7 +5,9 @@ import type { CoreContext } from '../core/context.js';
 import { badRequest } from '../core/errors.js';
 import type { McpCallContext } from './server.js';
 import type { Principal } from '../policy/principal.js';
-import { BUNDLE_DEFAULT_TOKENS, BUNDLE_MAX_TOKENS, BUNDLE_MIN_TOKENS, buildBundle } from '../retrieval/bundle.js';
+import { buildBundle } from '../retrieval/bundle.js';
+import { BUNDLE_DEFAULT_TOKENS, BUNDLE_MAX_TOKENS, BUNDLE_MIN_TOKENS } from '../retrieval/bundle-input.js';
+import { SCOPE_MAX_CHARS } from '../retrieval/search-input.js';
 import { asServiceError } from './results.js';
 
 export const PROMPT_BUDGET = { min: BUNDLE_MIN_TOKENS, max: BUNDLE_MAX_TOKENS, default: BUNDLE_DEFAULT_TOKENS } as const;
@@ -15,7 +17,7 @@ export const PROMPT = {
   name: 'load_project_context',
   description: 'Loads the context bundle of a project (a Space or space/folder) as data.',
   args: {
-    project: z.string().min(1).max(512).describe('Space or space/folder'),
+    project: z.string().min(1).max(SCOPE_MAX_CHARS).describe('Space or space/folder'),
     budget_tokens: z
       .string()
       .regex(/^\d+$/, 'a whole number')

@@ -20,6 +20,7 @@ import { listSpaces } from '../core/spaces.js';
 import { decideToolGrant } from '../policy/tools.js';
 import { enforce } from '../policy/pages.js';
 import type { Principal } from '../policy/principal.js';
+import { spaceIndexView } from '../presenters/spaces.js';
 import { VERSION } from '../version.js';
 import { PROMPT, runPrompt } from './prompt.js';
 import { asServiceError, toolError, toolResult } from './results.js';
@@ -143,8 +144,8 @@ export function buildServer(ctx: CoreContext, shared: McpShared, log: FastifyBas
         const { error } = asServiceError(e);
         throw new McpError(-32000, `${error.code}: ${error.message}`);
       });
-      const spaces = (await listSpaces(ctx, principal)).map((s) => ({ id: s.id, name: s.name, summary: s.summary }));
-      return { contents: [{ uri: uri.href, mimeType: 'application/json', text: JSON.stringify({ spaces }) }] };
+      const index = spaceIndexView(await listSpaces(ctx, principal));
+      return { contents: [{ uri: uri.href, mimeType: 'application/json', text: JSON.stringify(index) }] };
     },
   );
 

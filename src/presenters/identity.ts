@@ -1,4 +1,5 @@
 import type { Identity } from '../core/identity.js';
+import type { PrincipalSummary } from '../core/principals.js';
 
 /**
  * The caller's identity as each endpoint shows it. One source (core/identity.ts), so
@@ -29,7 +30,8 @@ export function sessionUserView(i: Identity) {
   };
 }
 
-/** `context_whoami`: whoami without `via`, with the principals the caller may mention. */
-export function whoamiToolView(i: Identity, mentionable: { id: string; name: string; kind: string }[]) {
+/** `context_whoami`: whoami without `via`, with the principals the caller may mention (everyone listed but themselves). */
+export function whoamiToolView(i: Identity, principals: PrincipalSummary[]) {
+  const mentionable = principals.filter((x) => x.id !== i.id).map((x) => ({ id: x.id, name: x.name, kind: x.kind }));
   return { id: i.id, name: i.name, kind: i.kind, workspace: i.workspace, role: i.role, ceiling: i.ceiling, grants: i.grants, mentionable };
 }

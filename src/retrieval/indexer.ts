@@ -1,4 +1,4 @@
-import type { Kysely, Transaction } from 'kysely';
+import type { Insertable, Kysely, Transaction } from 'kysely';
 import { extractLinks, maxBlockLevel, parseDocument, redactBlocks } from '../markdown/index.js';
 import { visibleUnder } from '../policy/access.js';
 import { LEVELS, type Level } from '../policy/sensitivity.js';
@@ -13,8 +13,9 @@ type Exec = Kysely<DB> | Transaction<DB>;
 
 const BATCH = 200;
 
-async function insertBatched<T>(rows: T[], insert: (batch: T[]) => Promise<unknown>): Promise<void> {
-  for (let i = 0; i < rows.length; i += BATCH) await insert(rows.slice(i, i + BATCH));
+/** Inserts a page's index rows into `table`, BATCH at a time (engines bound a statement's parameters). */
+async function insertBatched<T extends 'page_sections' | 'page_links' | 'page_tags'>(db: Exec, table: T, rows: Insertable<DB[T]>[]): Promise<void> {
+  for (let i = 0; i < rows.length; i += BATCH) await db.insertInto(table).values(rows.slice(i, i + BATCH)).execute();
 }
 
 /**
@@ -53,30 +54,25 @@ export async function indexPage(db: Exec, row: PagesTable): Promise<void> {
 
   const { body } = parseDocument(row.content);
   const chunks = chunkBody(body);
-  await insertBatched(chunks, (b) =>
-    db
-      .insertInto('page_sections')
-      .values(
-        b.map((c) => ({
-          workspace_id: ws,
-          page_id: row.id,
-          ord: c.ord,
-          title: row.title,
-          heading: c.heading,
-          heading_level: c.headingLevel,
-          text: c.text,
-          block_level: c.blockLevel,
-        })),
-      )
-      .execute(),
+  await insertBatched(
+    db,
+    'page_sections',
+    chunks.map((c) => ({
+      workspace_id: ws,
+      page_id: row.id,
+      ord: c.ord,
+      title: row.title,
+      heading: c.heading,
+      heading_level: c.headingLevel,
+      text: c.text,
+      block_level: c.blockLevel,
+    })),
   );
   if (sqlite) await indexSections(db, ws, row.id, row.sensitivity);
 
   const tags = JSON.parse(row.tags) as string[];
   if (tags.length > 0) {
-    await insertBatched([...new Set(tags)], (b) =>
-      db.insertInto('page_tags').values(b.map((tag) => ({ workspace_id: ws, page_id: row.id, tag }))).execute(),
-    );
+    await insertBatched(db, 'page_tags', [...new Set(tags)].map((tag) => ({ workspace_id: ws, page_id: row.id, tag })));
   }
 
   const keys = pageKeys(row.path, row.title);
@@ -98,23 +94,20 @@ export async function indexPage(db: Exec, row: PagesTable): Promise<void> {
         .execute();
       for (const r of rows) found.set(r.key, [...(found.get(r.key) ?? []), { id: r.id, path: r.path }]);
     }
-    await insertBatched(withKeys, (b) =>
-      db
-        .insertInto('page_links')
-        .values(
-          b.map((l) => ({
-            workspace_id: ws,
-            source_id: row.id,
-            ord: l.ord,
-            target: l.target,
-            kind: l.kind,
-            text: l.text,
-            block_level: l.blockLevel,
-            target_key: l.key,
-            target_id: l.key === null ? null : (pickTarget(found.get(l.key) ?? [], l.key, row.path)?.id ?? null),
-          })),
-        )
-        .execute(),
+    await insertBatched(
+      db,
+      'page_links',
+      withKeys.map((l) => ({
+        workspace_id: ws,
+        source_id: row.id,
+        ord: l.ord,
+        target: l.target,
+        kind: l.kind,
+        text: l.text,
+        block_level: l.blockLevel,
+        target_key: l.key,
+        target_id: l.key === null ? null : (pickTarget(found.get(l.key) ?? [], l.key, row.path)?.id ?? null),
+      })),
     );
   }
 

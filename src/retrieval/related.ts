@@ -48,29 +48,38 @@ function quoteLink(l: { kind: string; target: string }): string {
   return l.kind === 'wiki' ? `[[${l.target}]]` : `(${l.target})`;
 }
 
+/** Entries for the rows that `keep` passes, in order, each page once, at most `limit`. */
+function entries<R extends Row>(rows: readonly R[], keep: (r: R) => boolean, why: (r: R) => string, limit = Number.POSITIVE_INFINITY): RelatedEntry[] {
+  const out: RelatedEntry[] = [];
+  const seen = new Set<string>();
+  for (const r of rows) {
+    if (out.length >= limit) break;
+    if (seen.has(r.id) || !keep(r)) continue;
+    seen.add(r.id);
+    out.push(entry(r, why(r)));
+  }
+  return out;
+}
+
+/** Links with the live page at one end (`source_id`: pages linking; `target_id`: pages linked to), and the link itself. */
+function linksWithPages(ctx: RetrievalContext, end: 'source_id' | 'target_id') {
+  return ctx.store.db
+    .selectFrom('page_links')
+    .innerJoin('pages', 'pages.id', end === 'source_id' ? 'page_links.source_id' : 'page_links.target_id')
+    .select([...COLS, 'page_links.target', 'page_links.kind', 'page_links.block_level as link_level'])
+    .where('pages.deleted_at', 'is', null);
+}
+
 /** Pages (readable by the caller) whose links reach `page`: by id, or by a name it answers to. */
 async function backlinksOf(ctx: RetrievalContext, p: Principal, page: PagesTable, limit?: number): Promise<RelatedEntry[]> {
-  const db = ctx.store.db;
   const keys = pageKeys(page.path, page.title);
-  const rows = await db
-    .selectFrom('page_links')
-    .innerJoin('pages', 'pages.id', 'page_links.source_id')
-    .select([...COLS, 'page_links.target', 'page_links.kind', 'page_links.block_level as link_level'])
+  const rows = await linksWithPages(ctx, 'source_id')
     .where('page_links.workspace_id', '=', p.workspaceId)
-    .where('pages.deleted_at', 'is', null)
     .where('page_links.source_id', '!=', page.id)
     .where((eb) => eb.or([eb('page_links.target_id', '=', page.id), eb.and([eb('page_links.target_id', 'is', null), eb('page_links.target_key', 'in', keys)])]))
     .orderBy('pages.path')
     .execute();
-  const out: RelatedEntry[] = [];
-  const seen = new Set<string>();
-  for (const r of rows) {
-    if (seen.has(r.id) || !readable(p, r) || !linkVisible(p, r.path, r.link_level)) continue;
-    seen.add(r.id);
-    out.push(entry(r, `links here with ${quoteLink(r)}`));
-    if (limit !== undefined && out.length >= limit) break;
-  }
-  return out;
+  return entries(rows, (r) => readable(p, r) && linkVisible(p, r.path, r.link_level), (r) => `links here with ${quoteLink(r)}`, limit);
 }
 
 /** GET /api/v1/nodes/:id/backlinks: pages linking to this one that the caller may read. */
@@ -84,21 +93,17 @@ export async function relatedPages(ctx: RetrievalContext, p: Principal, ref: str
   const db = ctx.store.db;
   const page = await findReadablePage(db, p, ref);
 
-  const linkRows = await db
-    .selectFrom('page_links')
-    .innerJoin('pages', 'pages.id', 'page_links.target_id')
-    .select([...COLS, 'page_links.target', 'page_links.kind', 'page_links.block_level as link_level'])
+  const linkRows = await linksWithPages(ctx, 'target_id')
     .where('page_links.source_id', '=', page.id)
-    .where('pages.deleted_at', 'is', null)
     .where('pages.id', '!=', page.id)
     .orderBy('page_links.ord')
     .execute();
-  const links: RelatedEntry[] = [];
-  for (const r of linkRows) {
-    if (links.some((l) => l.id === r.id) || !readable(p, r) || !linkVisible(p, page.path, r.link_level)) continue;
-    links.push(entry(r, `linked from this page as ${quoteLink(r)}`));
-    if (links.length >= RELATED_LIMIT) break;
-  }
+  const links = entries(
+    linkRows,
+    (r) => readable(p, r) && linkVisible(p, page.path, r.link_level),
+    (r) => `linked from this page as ${quoteLink(r)}`,
+    RELATED_LIMIT,
+  );
 
   const backlinks = await backlinksOf(ctx, p, page, RELATED_LIMIT);
 
@@ -113,10 +118,7 @@ export async function relatedPages(ctx: RetrievalContext, p: Principal, ref: str
     .orderBy('id')
     .limit(RELATED_LIMIT * 5)
     .execute();
-  const neighbours = neighbourRows
-    .filter((r) => readable(p, r))
-    .slice(0, RELATED_LIMIT)
-    .map((r) => entry(r, `in the same folder ${page.cluster_path}`));
+  const neighbours = entries(neighbourRows, (r) => readable(p, r), () => `in the same folder ${page.cluster_path}`, RELATED_LIMIT);
 
   const tags = JSON.parse(page.tags) as string[];
   const shared_tags: RelatedEntry[] = [];

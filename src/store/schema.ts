@@ -58,19 +58,26 @@ export interface SessionsTable {
   pending: string | null;
 }
 
-export interface AgentKeysTable {
+/**
+ * A secret minted for one principal in one workspace (agent keys, git tokens): stored as its
+ * SHA-256 and shown by its hint; it holds while `epoch` is the workspace's token epoch.
+ */
+interface MintedTokenColumns {
   id: string;
   principal_id: string;
   workspace_id: string;
   name: string;
   token_hash: string;
   hint: string;
+  epoch: number;
+  created_at: string;
+  revoked_at: string | null;
+}
+
+export interface AgentKeysTable extends MintedTokenColumns {
   ceiling: string | null;
   ip_pin: string | null;
   expires_at: string | null;
-  revoked_at: string | null;
-  epoch: number;
-  created_at: string;
   last_used_at: string | null;
 }
 
@@ -207,17 +214,8 @@ export interface ElevationsTable {
   revoked_at: string | null;
 }
 
-export interface GitTokensTable {
-  id: string;
-  principal_id: string;
-  workspace_id: string;
-  name: string;
-  token_hash: string;
-  hint: string;
-  epoch: number;
-  created_at: string;
+export interface GitTokensTable extends MintedTokenColumns {
   expires_at: string;
-  revoked_at: string | null;
 }
 
 export interface AuthFailuresTable {

@@ -6,9 +6,9 @@ import { activateSession, CSRF_COOKIE, openSession, SESSION_COOKIE, type NewSess
 import { beginLogin, signup } from '../core/accounts.js';
 import type { CoreContext } from '../core/context.js';
 import { isServiceError, unauthorized, type ServiceError } from '../core/errors.js';
+import { currentWorkspaceName } from '../core/identity.js';
 import { acceptInvite, describeInvite } from '../core/invites.js';
 import { enrollTotp, verifyLoginCode } from '../core/second-factor.js';
-import { workspacesOf } from '../core/workspaces.js';
 import { setSessionCookies } from '../http/shared/session-cookies.js';
 import type { Principal } from '../policy/principal.js';
 import { html, messageBody, sendPage, type SafeHtml } from './html.js';
@@ -215,8 +215,7 @@ export async function pageRoutes(web: FastifyInstance, ctx: CoreContext): Promis
     const who = await signedIn(ctx, req);
     let signedInView: LoginView['signedIn'];
     if (who && who !== 'stale') {
-      const ws = (await workspacesOf(ctx.store.db, who.p.id)).find((w) => w.id === who.p.workspaceId);
-      signedInView = { name: who.p.name, workspace: ws?.name ?? who.p.workspaceSlug };
+      signedInView = { name: who.p.name, workspace: await currentWorkspaceName(ctx, who.p) };
     }
     const csrf = v.csrf ?? formToken(ctx, req, reply);
     return sendPage(reply, status, 'Sign in', loginBody({ ...v, csrf, signedIn: signedInView }));

@@ -1,4 +1,5 @@
 import { createTwoFilesPatch } from 'diff';
+import { sql } from 'kysely';
 import { redactDocument } from '../../markdown/index.js';
 import { blockVisibility, canDiff, canReadInFull, canReadPage } from '../../policy/pages.js';
 import type { Principal } from '../../policy/principal.js';
@@ -211,4 +212,19 @@ export async function pageDiff(
     to.commit_sha,
   );
   return { id: row.id, from: from?.commit_sha ?? null, to: to.commit_sha, diff, from_content: fromContent, to_content: toContent };
+}
+
+/**
+ * Deployment-wide figures for the liveness probe (`GET /healthz`): live pages, and the time of the
+ * latest page write. The keyword index is written in each page write's own transaction, deletes
+ * included: the latest page write is the latest indexed write.
+ */
+export async function pageTotals(ctx: CoreContext): Promise<{ nodes: number; indexed_at: string | null }> {
+  const row = await ctx.store.db
+    .selectFrom('pages')
+    .select(sql<number>`count(*)`.as('n'))
+    .where('deleted_at', 'is', null)
+    .executeTakeFirstOrThrow();
+  const idx = await ctx.store.db.selectFrom('pages').select(sql<string | null>`max(updated_at)`.as('at')).executeTakeFirstOrThrow();
+  return { nodes: Number(row.n), indexed_at: idx.at };
 }

@@ -8,28 +8,32 @@ import { appendAudit } from '../audit.js';
 import type { CoreContext } from '../context.js';
 import { ulid } from 'ulid';
 import { pushEvents, type NewEvent } from '../inbox-events.js';
+import { liveMembers } from '../principal-loader.js';
 
 /** The proposal record REST and MCP return. `content` is null for agents (humans only). */
-export interface ProposalRecord {
-  id: string;
-  status: ProposalsTable['status'];
-  kind: ProposalsTable['kind'];
-  origin: ProposalsTable['origin'];
+export interface ProposalRecord
+  extends Pick<
+    ProposalsTable,
+    | 'id'
+    | 'status'
+    | 'kind'
+    | 'origin'
+    | 'path'
+    | 'content'
+    | 'base_hash'
+    | 'base_commit'
+    | 'reason'
+    | 'created_at'
+    | 'decided_by'
+    | 'decided_at'
+    | 'decision_reason'
+    | 'result_commit'
+    | 'superseded_by'
+  > {
   target: { node_id: string | null; path: string };
   node_id: string | null;
-  path: string;
-  content: string | null;
-  base_hash: string | null;
-  base_commit: string | null;
   params: Record<string, unknown>;
-  reason: string;
   proposer: string;
-  created_at: string;
-  decided_by: string | null;
-  decided_at: string | null;
-  decision_reason: string | null;
-  result_commit: string | null;
-  superseded_by: string | null;
 }
 
 export function presentProposal(p: Principal, row: ProposalsTable): ProposalRecord {
@@ -125,14 +129,7 @@ export async function insertProposal(ctx: CoreContext, trx: Transaction<DB>, p: 
   await trx.insertInto('proposals').values(row).execute();
   await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'proposal.create', nodeId: np.pageId, detail: { proposal: row.id, kind: np.kind, origin: np.origin, path: np.path } });
 
-  const deciders = await trx
-    .selectFrom('members')
-    .innerJoin('principals', 'principals.id', 'members.principal_id')
-    .select(['members.principal_id', 'members.role'])
-    .where('members.workspace_id', '=', p.workspaceId)
-    .where('members.role', 'in', ['owner', 'editor'])
-    .where('principals.deleted_at', 'is', null)
-    .execute();
+  const deciders = await liveMembers(trx, p.workspaceId).select(['members.principal_id', 'members.role']).where('members.role', 'in', ['owner', 'editor']).execute();
   const events: NewEvent[] = deciders
     .filter((d) => d.principal_id !== p.id && atOrBelow(np.sensitivity, ROLE_CEILING[d.role as Role]))
     .map((d) => ({

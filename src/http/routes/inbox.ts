@@ -2,7 +2,8 @@ import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
-import { ACK_MAX_SEQS, ackInbox, INBOX_DEFAULT_LIMIT, INBOX_MAX_LIMIT, INBOX_MAX_WAIT_S, INBOX_STATES, listInbox } from '../../core/inbox.js';
+import { ackInbox, INBOX_MAX_WAIT_S, INBOX_STATES, listInbox } from '../../core/inbox.js';
+import { AckSeqs, AckUpTo, inboxAfter, inboxLimit } from '../../core/inbox-input.js';
 import { caller } from '../shared/caller.js';
 import { errors } from '../shared/schemas.js';
 
@@ -18,8 +19,8 @@ const EventSchema = z.object({
 
 const AckBody = z
   .strictObject({
-    up_to: z.number().int().min(0).optional().describe('Mark every event with seq ≤ up_to done'),
-    seqs: z.array(z.number().int().min(1)).max(ACK_MAX_SEQS).optional().describe('Mark exactly these events done'),
+    up_to: AckUpTo.optional().describe('Mark every event with seq ≤ up_to done'),
+    seqs: AckSeqs.optional().describe('Mark exactly these events done'),
   })
   .refine((b) => (b.up_to === undefined) !== (b.seqs === undefined), { message: 'Send exactly one of up_to or seqs' });
 
@@ -41,8 +42,8 @@ export async function inboxRoutes(app: FastifyInstance, ctx: CoreContext): Promi
         summary: 'Your events in this workspace after a seq; wait= long-polls. Listing does not mark events read (ack marks them done)',
         querystring: z.object({
           state: z.enum(INBOX_STATES).default('unread'),
-          after: z.coerce.number().int().min(0).default(0).describe('Only events with a greater seq'),
-          limit: z.coerce.number().int().min(1).max(INBOX_MAX_LIMIT).default(INBOX_DEFAULT_LIMIT),
+          after: inboxAfter(z.coerce.number()),
+          limit: inboxLimit(z.coerce.number()),
           wait: z.coerce
             .number()
             .min(0)

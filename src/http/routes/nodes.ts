@@ -5,35 +5,35 @@ import type { CoreContext } from '../../core/context.js';
 import { pageDiff, pageHistory, readPage } from '../../core/pages/read.js';
 import type { PageRecord } from '../../core/pages/record.js';
 import { archivePage, createPage, deletePage, movePage, restorePage, updatePage, type PageUpdate, type PublicOutcome } from '../../core/pages/write.js';
+import { ArchiveReasonInput, BODY_PATH_MAX_CHARS, CommitMessage, PATH_MAX_CHARS, SECTION_MAX_CHARS, Sha, Title } from '../../core/pages/input.js';
+import { proposedView } from '../../presenters/proposals.js';
+import { writeResultView } from '../../presenters/pages.js';
 import { caller } from '../shared/caller.js';
-import { ArchiveReason, ProposedSchema, PageRecordSchema, WriteResultSchema } from '../schemas.js';
+import { PageRefParams, ProposedSchema, PageRecordSchema, WriteResultSchema } from '../schemas.js';
 import { errors, optionalBody } from '../shared/schemas.js';
 
-const Ref = z.object({ id: z.string().min(1).max(1000).describe('A page id (pg_…) or its URL-encoded path') });
-const Message = z.string().max(2000).optional().describe('Commit message');
-const Sha = z.string().min(7).max(64);
 const Frontmatter = z.record(z.string(), z.unknown());
 
 const CreateBody = z.union([
-  z.strictObject({ path: z.string().max(8192), content: z.string(), message: Message }),
+  z.strictObject({ path: z.string().max(BODY_PATH_MAX_CHARS), content: z.string(), message: CommitMessage }),
   z.strictObject({
     space: z.string().min(1).max(100),
-    cluster_path: z.string().max(512).optional(),
-    title: z.string().trim().min(1).max(300),
+    cluster_path: z.string().max(PATH_MAX_CHARS).optional(),
+    title: Title,
     body: z.string(),
     frontmatter: Frontmatter.optional(),
-    message: Message,
+    message: CommitMessage,
   }),
 ]);
 
 const UpdateBody = z
   .strictObject({
     content: z.string().optional(),
-    title: z.string().trim().min(1).max(300).optional(),
+    title: Title.optional(),
     body: z.string().optional(),
     frontmatter: Frontmatter.optional(),
     base_sha: Sha.optional().describe('The content_hash or commit_sha you read'),
-    message: Message,
+    message: CommitMessage,
   })
   .refine((b) => b.content === undefined || (b.title === undefined && b.body === undefined && b.frontmatter === undefined), {
     message: 'Send either content, or title/body/frontmatter, not both',
@@ -45,7 +45,7 @@ const UpdateBody = z
 /** A change that landed answers the record (200); one that became a proposal answers 202. */
 function sendOutcome(reply: FastifyReply, o: PublicOutcome): FastifyReply {
   if (o.record) return withEtag(reply, o.record).send(o.record);
-  return reply.code(202).send({ proposed: true, proposal: o.proposal });
+  return reply.code(202).send(proposedView(o.proposal));
 }
 
 function withEtag(reply: FastifyReply, record: PageRecord): FastifyReply {
@@ -84,11 +84,11 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
       schema: {
         tags,
         summary: 'Read a page by id or path, redacted to your ceiling; counts as a read',
-        params: Ref,
+        params: PageRefParams,
         querystring: z.object({
           format: z.enum(['json', 'md']).default('json'),
           at: Sha.optional().describe('Read the version in force at this commit'),
-          section: z.string().max(300).optional().describe('Heading text: return that section too'),
+          section: z.string().max(SECTION_MAX_CHARS).optional().describe('Heading text: return that section too'),
         }),
         response: { 200: PageRecordSchema, ...errors(400, 401, 404) },
       },
@@ -115,7 +115,7 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
             method === 'put'
               ? 'Replace a page; If-Match or base_sha make it conditional, without them last writer wins'
               : 'Change part of a page (frontmatter keys merge; null removes a key); same conditions as PUT',
-          params: Ref,
+          params: PageRefParams,
           headers: z.object({ 'if-match': z.string().max(200).optional() }),
           body: UpdateBody,
           response: { 200: WriteResultSchema, 202: ProposedSchema, ...errors(400, 401, 403, 404, 409, 413) },
@@ -137,7 +137,7 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
           { allowPropose: true },
         );
         if ('proposal' in o) return sendOutcome(reply, o);
-        return withEtag(reply, o.record).send({ ...o.record, changed: o.changed, merged: o.merged });
+        return withEtag(reply, o.record).send(writeResultView(o));
       },
     );
   update('put');
@@ -149,7 +149,7 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
       schema: {
         tags,
         summary: 'Delete a page as a commit; history keeps it (human owner, or agent with admin)',
-        params: Ref,
+        params: PageRefParams,
         response: { 200: z.object({ deleted: z.literal(true), id: z.string(), path: z.string(), commit_sha: z.string() }), ...errors(401, 403, 404) },
       },
     },
@@ -162,7 +162,7 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
       schema: {
         tags,
         summary: 'Versions of a page, newest first',
-        params: Ref,
+        params: PageRefParams,
         querystring: z.object({ limit: z.coerce.number().int().min(1).max(200).default(50), before: Sha.optional() }),
         response: {
           200: z.object({
@@ -193,7 +193,7 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
       schema: {
         tags,
         summary: 'Unified diff between two versions (secret-level read)',
-        params: Ref,
+        params: PageRefParams,
         querystring: z.object({ from: Sha.optional(), to: Sha.optional() }),
         response: {
           200: z.object({ id: z.string(), from: z.string().nullable(), to: z.string(), diff: z.string(), from_content: z.string(), to_content: z.string() }),
@@ -204,45 +204,26 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
     async (req) => pageDiff(ctx, caller(req), req.params.id, req.query),
   );
 
+  /** Move, archive and restore: a page named in the URL, a small body, and the record or (202) a proposal. */
+  const change = <B extends z.ZodType>(summary: string, body: B) => ({
+    schema: { tags, summary, params: PageRefParams, body, response: { 200: PageRecordSchema, 202: ProposedSchema, ...errors(400, 401, 403, 404, 409) } },
+  });
+
   r.post(
     '/nodes/:id/move',
-    {
-      schema: {
-        tags,
-        summary: 'Move a page to a new path (its id stays)',
-        params: Ref,
-        body: z.strictObject({ to: z.string().max(8192), message: Message }),
-        response: { 200: PageRecordSchema, 202: ProposedSchema, ...errors(400, 401, 403, 404, 409) },
-      },
-    },
+    change('Move a page to a new path (its id stays)', z.strictObject({ to: z.string().max(BODY_PATH_MAX_CHARS), message: CommitMessage })),
     async (req, reply) => sendOutcome(reply, await movePage(ctx, caller(req), req.params.id, req.body.to, req.body.message)),
   );
 
   r.post(
     '/nodes/:id/archive',
-    {
-      schema: {
-        tags,
-        summary: 'Archive a page (reason closed, stale, superseded or manual)',
-        params: Ref,
-        body: optionalBody(z.strictObject({ reason: ArchiveReason.default('manual'), message: Message })),
-        response: { 200: PageRecordSchema, 202: ProposedSchema, ...errors(400, 401, 403, 404, 409) },
-      },
-    },
+    change('Archive a page (reason closed, stale, superseded or manual)', optionalBody(z.strictObject({ reason: ArchiveReasonInput, message: CommitMessage }))),
     async (req, reply) => sendOutcome(reply, await archivePage(ctx, caller(req), req.params.id, req.body.reason, req.body.message)),
   );
 
   r.post(
     '/nodes/:id/restore',
-    {
-      schema: {
-        tags,
-        summary: 'Return an archived page to active',
-        params: Ref,
-        body: optionalBody(z.strictObject({ message: Message })),
-        response: { 200: PageRecordSchema, 202: ProposedSchema, ...errors(400, 401, 403, 404, 409) },
-      },
-    },
+    change('Return an archived page to active', optionalBody(z.strictObject({ message: CommitMessage }))),
     async (req, reply) => sendOutcome(reply, await restorePage(ctx, caller(req), req.params.id, req.body.message, { allowPropose: true })),
   );
 }

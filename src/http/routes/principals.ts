@@ -16,10 +16,9 @@ import {
   revokeKey,
 } from '../../core/principals.js';
 import { caller } from '../shared/caller.js';
-import { AgentSchema, GrantSchema, KeySchema, Level, PrincipalSummarySchema } from '../schemas.js';
+import { AgentSchema, GrantSchema, IdParams, KeySchema, Level, PrincipalSummarySchema, RecordId, RevokedSchema } from '../schemas.js';
 import { errors } from '../shared/schemas.js';
 
-const IdParams = z.object({ id: z.string().min(1).max(100) });
 const GrantsOut = z.object({ grants: z.array(z.object({ action: z.string(), scope: z.string(), ceiling: z.string() })) });
 
 export async function principalRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
@@ -139,8 +138,8 @@ export async function principalRoutes(app: FastifyInstance, ctx: CoreContext): P
       schema: {
         tags,
         summary: 'Revoke a key, effective immediately',
-        params: IdParams.extend({ tid: z.string().min(1).max(100) }),
-        response: { 200: z.object({ revoked: z.literal(true), id: z.string() }), ...errors(401, 403, 404) },
+        params: IdParams.extend({ tid: RecordId }),
+        response: { 200: RevokedSchema, ...errors(401, 403, 404) },
       },
     },
     async (req) => {

@@ -2,12 +2,12 @@ import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
+import { BODY_PATH_MAX_CHARS } from '../../core/pages/input.js';
+import { PROPOSAL_REASON_MAX_CHARS, ProposalReason } from '../../core/proposals/input.js';
 import { acceptProposal, createProposal, getProposal, listProposals, PROPOSAL_STATUSES, rejectProposal } from '../../core/proposals/service.js';
 import { caller } from '../shared/caller.js';
-import { ProposalSchema } from '../schemas.js';
+import { IdParams, ProposalSchema } from '../schemas.js';
 import { errors, optionalBody } from '../shared/schemas.js';
-
-const IdParams = z.object({ id: z.string().min(1).max(100) });
 
 export async function proposalRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
   const r = app.withTypeProvider<ZodTypeProvider>();
@@ -41,10 +41,10 @@ export async function proposalRoutes(app: FastifyInstance, ctx: CoreContext): Pr
         summary: 'Propose a change for human review (propose grant): an edit of a page, or a new page at a free path',
         body: z
           .strictObject({
-            path: z.string().max(8192).optional(),
+            path: z.string().max(BODY_PATH_MAX_CHARS).optional(),
             node_id: z.string().max(100).optional(),
             content: z.string(),
-            reason: z.string().max(2000).optional(),
+            reason: ProposalReason.optional(),
             base_sha: z
               .string()
               .regex(/^[0-9a-fA-F]{40}$/, 'a 40-hex content_hash or commit_sha')
@@ -87,7 +87,7 @@ export async function proposalRoutes(app: FastifyInstance, ctx: CoreContext): Pr
         tags,
         summary: 'Reject with a reason (editor or owner)',
         params: IdParams,
-        body: z.strictObject({ reason: z.string().trim().min(1).max(2000) }),
+        body: z.strictObject({ reason: z.string().trim().min(1).max(PROPOSAL_REASON_MAX_CHARS) }),
         response: { 200: ProposalSchema, ...errors(400, 401, 403, 404, 409) },
       },
     },

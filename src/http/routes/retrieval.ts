@@ -3,18 +3,13 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
 import { pageBacklinks, relatedPages } from '../../retrieval/related.js';
-import { BUNDLE_DEFAULT_TOKENS, BUNDLE_MAX_TOKENS, BUNDLE_MIN_TOKENS, buildBundle } from '../../retrieval/bundle.js';
+import { buildBundle } from '../../retrieval/bundle.js';
+import { budgetTokens, bundleOptions, IntentText, type BundleParams } from '../../retrieval/bundle-input.js';
 import { SEARCH_MODES, searchPages } from '../../retrieval/search.js';
+import { QueryText, SCOPE_MAX_CHARS, SEARCH_MAX_TAGS, searchLimit } from '../../retrieval/search-input.js';
 import { caller } from '../shared/caller.js';
-import { QueryBool } from '../schemas.js';
+import { PageRefParams, QueryBool } from '../schemas.js';
 import { errors } from '../shared/schemas.js';
-
-/** Longest accepted `q`; longer queries are 400 (only the first terms are used anyway). */
-export const MAX_QUERY_CHARS = 4000;
-export const SEARCH_MAX_LIMIT = 50;
-export const SEARCH_DEFAULT_LIMIT = 10;
-
-const Ref = z.object({ id: z.string().min(1).max(1000).describe('A page id (pg_…) or its URL-encoded path') });
 
 /** Filter values are compared with stored paths and tags; control characters never match one (and PostgreSQL refuses NUL). */
 const NoControl = /^[^\u0000-\u001f\u007f]*$/;
@@ -24,28 +19,27 @@ const Entry = z.object({ id: z.string(), path: z.string(), title: z.string(), st
 
 /** `tags=a,b` or `tags=a&tags=b`: every tag given must be on the page. */
 const Tags = z
-  .union([FilterText(2000), z.array(FilterText(2000)).max(50)])
+  .union([FilterText(2000), z.array(FilterText(2000)).max(SEARCH_MAX_TAGS)])
   .transform((v) => [v].flat().flatMap((s) => s.split(',')).map((s) => s.trim()).filter((s) => s !== ''));
 
 const BundleParams = {
-  intent: z.string().max(MAX_QUERY_CHARS).describe('What the context is for; ranks the sections'),
-  scope: FilterText(512).optional().describe('A Space, or space/folder'),
+  intent: IntentText.describe('What the context is for; ranks the sections'),
+  scope: FilterText(SCOPE_MAX_CHARS).optional().describe('A Space, or space/folder'),
 };
 const BundleBody = z
   .object({
     ...BundleParams,
-    budget_tokens: z.number().int().min(BUNDLE_MIN_TOKENS).max(BUNDLE_MAX_TOKENS).default(BUNDLE_DEFAULT_TOKENS),
+    budget_tokens: budgetTokens(z.number()),
     include_links: z.boolean().default(false),
     include_archived: z.boolean().default(false),
   })
   .strict();
 const BundleQuery = z.object({
   ...BundleParams,
-  budget_tokens: z.coerce.number().int().min(BUNDLE_MIN_TOKENS).max(BUNDLE_MAX_TOKENS).default(BUNDLE_DEFAULT_TOKENS),
+  budget_tokens: budgetTokens(z.coerce.number()),
   include_links: QueryBool.default(false),
   include_archived: QueryBool.default(false),
 });
-type BundleInput = z.infer<typeof BundleQuery>;
 
 const BundleResponse = z.object({
   intent: z.string(),
@@ -84,14 +78,8 @@ export async function retrievalRoutes(app: FastifyInstance, ctx: CoreContext): P
   const r = app.withTypeProvider<ZodTypeProvider>();
 
   /** One handler for both forms: the parameters come from the body (POST) or the query (GET). */
-  const answerBundle = async (params: BundleInput, req: FastifyRequest, reply: FastifyReply) => {
-    const b = await buildBundle(ctx, caller(req), {
-      intent: params.intent,
-      budgetTokens: params.budget_tokens,
-      scope: params.scope,
-      includeLinks: params.include_links,
-      includeArchived: params.include_archived,
-    });
+  const answerBundle = async (params: BundleParams, req: FastifyRequest, reply: FastifyReply) => {
+    const b = await buildBundle(ctx, caller(req), bundleOptions(params));
     if (wantsMarkdown(req.headers.accept)) return reply.type('text/markdown; charset=utf-8').serializer((x: unknown) => String(x)).send(b.markdown);
     return b;
   };
@@ -129,12 +117,12 @@ export async function retrievalRoutes(app: FastifyInstance, ctx: CoreContext): P
         tags: ['retrieval'],
         summary: 'Search pages: one result per page with its best section as snippet; filters are exact',
         querystring: z.object({
-          q: z.string().max(MAX_QUERY_CHARS).default('').describe('Words to look for; quotes and operators are read as plain words'),
+          q: QueryText.default('').describe('Words to look for; quotes and operators are read as plain words'),
           space: FilterText(100).optional(),
-          cluster: FilterText(512).optional().describe('A folder path; pages in it and in its sub-folders'),
+          cluster: FilterText(SCOPE_MAX_CHARS).optional().describe('A folder path; pages in it and in its sub-folders'),
           tags: Tags.optional(),
           mode: z.enum(SEARCH_MODES).default('hybrid').describe('hybrid (default): keyword and vector rankings fused; fts: keyword only; vector: embeddings only'),
-          limit: z.coerce.number().int().min(1).max(SEARCH_MAX_LIMIT).default(SEARCH_DEFAULT_LIMIT),
+          limit: searchLimit(z.coerce.number()),
           include_archived: QueryBool.default(false),
         }),
         response: {
@@ -181,7 +169,7 @@ export async function retrievalRoutes(app: FastifyInstance, ctx: CoreContext): P
       schema: {
         tags: ['pages'],
         summary: 'Pages linking to this one ([[wiki]] and relative markdown links), those you may read',
-        params: Ref,
+        params: PageRefParams,
         response: { 200: z.object({ id: z.string(), path: z.string(), backlinks: z.array(Entry) }), ...errors(400, 401, 404) },
       },
     },
@@ -194,7 +182,7 @@ export async function retrievalRoutes(app: FastifyInstance, ctx: CoreContext): P
       schema: {
         tags: ['pages'],
         summary: 'Links, backlinks, folder neighbours and pages sharing tags, each with why',
-        params: Ref,
+        params: PageRefParams,
         response: {
           200: z.object({
             id: z.string(),

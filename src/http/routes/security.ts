@@ -3,6 +3,7 @@ import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
 import { elevate, ELEVATION_MAX_MINUTES, GIT_TOKEN_MAX_DAYS, lockdown, mintGitToken } from '../../core/security.js';
+import { RecordId } from '../schemas.js';
 import { caller } from '../shared/caller.js';
 import { errors, optionalBody } from '../shared/schemas.js';
 
@@ -17,7 +18,7 @@ export async function securityRoutes(app: FastifyInstance, ctx: CoreContext): Pr
       schema: {
         tags: ['identity'],
         summary: 'Owner, step-up: every agent key, git token and OAuth token of the workspace dies, pending invites and elevations are revoked, and every other session loses access to this workspace',
-        params: z.object({ ws: z.string().min(1).max(100) }),
+        params: z.object({ ws: RecordId }),
         response: {
           200: z.object({ workspace: z.string(), token_epoch: z.number(), sessions_dropped: z.number(), invites_revoked: z.number(), elevations_revoked: z.number() }),
           ...errors(401, 403, 404),
@@ -35,7 +36,7 @@ export async function securityRoutes(app: FastifyInstance, ctx: CoreContext): Pr
         tags: ['agents'],
         summary: 'Owner, step-up: raise one agent to secret for a bounded time',
         body: z.strictObject({
-          agent_id: z.string().min(1).max(100),
+          agent_id: RecordId,
           minutes: z.number().int().min(1).max(ELEVATION_MAX_MINUTES).default(60),
           reason: z.string().trim().min(1).max(500),
         }),

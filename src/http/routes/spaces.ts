@@ -2,7 +2,10 @@ import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
+import { PATH_MAX_CHARS } from '../../core/pages/input.js';
 import { createSpace, listSpaces, spaceTree } from '../../core/spaces.js';
+import { treeDepth } from '../../core/tree-input.js';
+import { spacesView } from '../../presenters/spaces.js';
 import { caller } from '../shared/caller.js';
 import { QueryBool, SpaceSchema, TreeFolderSchema } from '../schemas.js';
 import { errors } from '../shared/schemas.js';
@@ -14,7 +17,7 @@ export async function spaceRoutes(app: FastifyInstance, ctx: CoreContext): Promi
   r.get(
     '/spaces',
     { schema: { tags, summary: 'Spaces visible to you', response: { 200: z.object({ spaces: z.array(SpaceSchema) }), ...errors(401) } } },
-    async (req) => ({ spaces: await listSpaces(ctx, caller(req)) }),
+    async (req) => spacesView(await listSpaces(ctx, caller(req))),
   );
 
   r.post(
@@ -38,8 +41,8 @@ export async function spaceRoutes(app: FastifyInstance, ctx: CoreContext): Promi
         summary: 'Folder tree of a Space with summaries and the pages you can read',
         params: z.object({ s: z.string().min(1).max(100) }),
         querystring: z.object({
-          path: z.string().max(512).optional(),
-          depth: z.coerce.number().int().min(0).max(10).default(3),
+          path: z.string().max(PATH_MAX_CHARS).optional(),
+          depth: treeDepth(z.coerce.number()),
           include_archived: QueryBool.default(false),
         }),
         response: { 200: z.object({ space: SpaceSchema, tree: TreeFolderSchema }), ...errors(400, 401, 404) },

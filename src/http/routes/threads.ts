@@ -2,11 +2,11 @@ import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
-import { getThread, markThreadRead, MAX_BODY_CHARS, MAX_MENTIONS, postMessage, THREAD_KINDS, unlockThread } from '../../core/threads.js';
+import { MessageBody, MessageId, MessageKind, mentionList } from '../../core/thread-input.js';
+import { getThread, markThreadRead, postMessage, THREAD_KINDS, unlockThread } from '../../core/threads.js';
 import { caller } from '../shared/caller.js';
+import { PageRefParams } from '../schemas.js';
 import { errors, optionalBody } from '../shared/schemas.js';
-
-const Ref = z.object({ id: z.string().min(1).max(1000).describe('A page id (pg_…) or its URL-encoded path') });
 
 const AuthorSchema = z.object({ id: z.string(), name: z.string(), kind: z.enum(['human', 'agent']) });
 
@@ -32,18 +32,10 @@ const ThreadStateSchema = z.object({
 });
 
 const PostBody = z.strictObject({
-  body: z
-    .string()
-    .min(1)
-    .max(MAX_BODY_CHARS)
-    .refine((s) => s.trim().length > 0, { message: 'The body must not be blank' }),
-  kind: z.enum(THREAD_KINDS).default('comment'),
-  reply_to: z.string().min(1).max(100).nullable().optional().describe('Id of a message of this page'),
-  mentions: z
-    .array(z.string().trim().min(1).max(200))
-    .max(MAX_MENTIONS)
-    .default([])
-    .describe('Principal ids or @names (display name, case-insensitive)'),
+  body: MessageBody.refine((s) => s.trim().length > 0, { message: 'The body must not be blank' }),
+  kind: MessageKind,
+  reply_to: MessageId.nullable().optional().describe('Id of a message of this page'),
+  mentions: mentionList(z.string().trim()).default([]).describe('Principal ids or @names (display name, case-insensitive)'),
 });
 
 const PostResultSchema = MessageSchema.extend({
@@ -60,7 +52,7 @@ export async function threadRoutes(app: FastifyInstance, ctx: CoreContext): Prom
       schema: {
         tags,
         summary: "The page's thread: messages in order and its state (read access to the page)",
-        params: Ref,
+        params: PageRefParams,
         querystring: z.object({
           after: z.coerce.number().int().min(0).default(0).describe('Only messages with a greater seq'),
           limit: z.coerce.number().int().min(1).max(500).default(200),
@@ -87,7 +79,7 @@ export async function threadRoutes(app: FastifyInstance, ctx: CoreContext): Prom
             url.endsWith('/messages')
               ? 'Alias of POST /api/v1/nodes/:id/threads'
               : 'Post a message (collab grant for agents; any member for humans); mentions and replies reach those who can read the page',
-          params: Ref,
+          params: PageRefParams,
           body: PostBody,
           response: { 201: PostResultSchema, ...errors(400, 401, 403, 404, 423) },
         },
@@ -102,7 +94,7 @@ export async function threadRoutes(app: FastifyInstance, ctx: CoreContext): Prom
       schema: {
         tags,
         summary: 'Mark the thread read up to its latest message',
-        params: Ref,
+        params: PageRefParams,
         body: optionalBody(z.strictObject({})),
         response: { 200: ThreadStateSchema, ...errors(400, 401, 404) },
       },
@@ -117,7 +109,7 @@ export async function threadRoutes(app: FastifyInstance, ctx: CoreContext): Prom
       schema: {
         tags,
         summary: 'Unlock a thread the loop breaker locked (editor or owner, session)',
-        params: Ref,
+        params: PageRefParams,
         body: optionalBody(z.strictObject({})),
         response: {
           200: ThreadStateSchema.extend({

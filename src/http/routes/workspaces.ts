@@ -6,11 +6,11 @@ import { acceptInvite, createInvite, INVITE_DEFAULT_DAYS, INVITE_MAX_DAYS, listI
 import { changeRole, listMembers, removeMember } from '../../core/members.js';
 import { createWorkspaceFor, listWorkspaces } from '../../core/workspaces.js';
 import { ROLES } from '../../policy/principal.js';
+import { RecordId } from '../schemas.js';
 import { caller } from '../shared/caller.js';
 import { errors, optionalBody } from '../shared/schemas.js';
 
 const Role = z.enum(ROLES);
-const Id = z.string().min(1).max(100);
 /** Workspace names: the slug is derived from it. No control characters. */
 const WorkspaceName = z
   .string()
@@ -102,7 +102,7 @@ export async function workspaceRoutes(app: FastifyInstance, ctx: CoreContext): P
   );
 
   for (const { base, where } of FORMS) {
-    const wsParam = base.includes(':ws') ? { ws: Id } : {};
+    const wsParam = base.includes(':ws') ? { ws: RecordId } : {};
 
     r.get(
       `${base}/members`,
@@ -125,7 +125,7 @@ export async function workspaceRoutes(app: FastifyInstance, ctx: CoreContext): P
         schema: {
           tags: ['members'],
           summary: `Change a member's role in ${where} (owner); the last owner cannot be demoted`,
-          params: z.object({ ...wsParam, id: Id }),
+          params: z.object({ ...wsParam, id: RecordId }),
           body: z.strictObject({ role: Role }),
           response: { 200: MemberSchema, ...errors(400, 401, 403, 404, 409) },
         },
@@ -140,7 +140,7 @@ export async function workspaceRoutes(app: FastifyInstance, ctx: CoreContext): P
         schema: {
           tags: ['members'],
           summary: `Remove a member from ${where} (owner), or leave it (your own id); the last owner cannot leave`,
-          params: z.object({ ...wsParam, id: Id }),
+          params: z.object({ ...wsParam, id: RecordId }),
           response: {
             200: z.object({ removed: z.literal(true), id: z.string(), workspace_id: z.string(), left: z.boolean() }),
             ...errors(401, 403, 404, 409),
@@ -186,7 +186,7 @@ export async function workspaceRoutes(app: FastifyInstance, ctx: CoreContext): P
         schema: {
           tags: ['invites'],
           summary: `Revoke an invite of ${where} (owner)`,
-          params: z.object({ ...wsParam, id: Id }),
+          params: z.object({ ...wsParam, id: RecordId }),
           response: { 200: InviteSchema, ...errors(401, 403, 404, 409) },
         },
       },

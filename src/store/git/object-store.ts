@@ -39,6 +39,11 @@ export class ObjectStore {
     return `${this.workspaceId}:${sha}`;
   }
 
+  /** This workspace's rows of `git_objects`, to select from. */
+  private objects() {
+    return this.db.selectFrom('git_objects').where('workspace_id', '=', this.workspaceId);
+  }
+
   private async insert(sha: string, type: ObjectType, data: Buffer, baseSha: string | null, depth: number): Promise<void> {
     await this.db
       .insertInto('git_objects')
@@ -82,12 +87,7 @@ export class ObjectStore {
     const sha = hashObject('tree', body);
     const wanted = previousSha && previousSha !== sha ? [sha, previousSha] : [sha];
     // The base must be visible to this executor (not just cached from a rolled-back write).
-    const rows = await this.db
-      .selectFrom('git_objects')
-      .select(['sha', 'type', 'depth'])
-      .where('workspace_id', '=', this.workspaceId)
-      .where('sha', 'in', wanted)
-      .execute();
+    const rows = await this.objects().select(['sha', 'type', 'depth']).where('sha', 'in', wanted).execute();
     if (rows.some((r) => r.sha === sha)) {
       treeCache.set(this.cacheKey(sha), sorted);
       return sha;
@@ -131,12 +131,7 @@ export class ObjectStore {
     let cur = sha;
     let lastDepth = Number.POSITIVE_INFINITY;
     for (;;) {
-      const row = await this.db
-        .selectFrom('git_objects')
-        .select(['base_sha', 'depth'])
-        .where('workspace_id', '=', this.workspaceId)
-        .where('sha', '=', cur)
-        .executeTakeFirst();
+      const row = await this.objects().select(['base_sha', 'depth']).where('sha', '=', cur).executeTakeFirst();
       if (!row) throw corrupt(this.workspaceId, sha, `delta base ${cur} is missing`);
       if (Number(row.depth) >= lastDepth) throw corrupt(this.workspaceId, sha, 'delta chain does not descend');
       lastDepth = Number(row.depth);
@@ -149,12 +144,7 @@ export class ObjectStore {
   async putCommit(commit: CommitData): Promise<string> {
     const body = encodeCommit(commit);
     const needed = [...new Set([commit.tree, ...commit.parents])];
-    const found = await this.db
-      .selectFrom('git_objects')
-      .select(['sha', 'type'])
-      .where('workspace_id', '=', this.workspaceId)
-      .where('sha', 'in', needed)
-      .execute();
+    const found = await this.objects().select(['sha', 'type']).where('sha', 'in', needed).execute();
     const types = new Map(found.map((r) => [r.sha, r.type]));
     if (types.get(commit.tree) !== 'tree') throw badRequest(`Commit tree ${commit.tree} is not stored`, 'invalid_object');
     for (const p of commit.parents) {
@@ -166,23 +156,13 @@ export class ObjectStore {
   }
 
   async hasObject(sha: string): Promise<boolean> {
-    const row = await this.db
-      .selectFrom('git_objects')
-      .select('sha')
-      .where('workspace_id', '=', this.workspaceId)
-      .where('sha', '=', sha)
-      .executeTakeFirst();
+    const row = await this.objects().select('sha').where('sha', '=', sha).executeTakeFirst();
     return row !== undefined;
   }
 
   /** The full git body of an object (delta trees reconstructed), verified against its sha. */
   async getObject(sha: string): Promise<GitObject | null> {
-    const row = await this.db
-      .selectFrom('git_objects')
-      .select(['type', 'data', 'base_sha'])
-      .where('workspace_id', '=', this.workspaceId)
-      .where('sha', '=', sha)
-      .executeTakeFirst();
+    const row = await this.objects().select(['type', 'data', 'base_sha']).where('sha', '=', sha).executeTakeFirst();
     if (!row) return null;
     if (row.base_sha !== null) {
       const entries = await this.getTree(sha);
@@ -224,12 +204,7 @@ export class ObjectStore {
           break;
         }
       }
-      const row = await this.db
-        .selectFrom('git_objects')
-        .select(['type', 'data', 'base_sha', 'depth'])
-        .where('workspace_id', '=', this.workspaceId)
-        .where('sha', '=', cur)
-        .executeTakeFirst();
+      const row = await this.objects().select(['type', 'data', 'base_sha', 'depth']).where('sha', '=', cur).executeTakeFirst();
       if (!row) {
         if (cur === sha) return null;
         throw corrupt(this.workspaceId, sha, `delta base ${cur} is missing`);
@@ -285,12 +260,7 @@ export class ObjectStore {
       throw badRequest(`Invalid ref name ${JSON.stringify(name)}`, 'invalid_request');
     }
     assertSha(newSha, 'ref target');
-    const target = await this.db
-      .selectFrom('git_objects')
-      .select('type')
-      .where('workspace_id', '=', this.workspaceId)
-      .where('sha', '=', newSha)
-      .executeTakeFirst();
+    const target = await this.objects().select('type').where('sha', '=', newSha).executeTakeFirst();
     // A ref to a missing object would make every git reader fail.
     if (target?.type !== 'commit') throw badRequest(`Ref target ${newSha} is not a stored commit`, 'invalid_object');
 

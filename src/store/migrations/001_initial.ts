@@ -1,5 +1,6 @@
 import { sql, type Kysely } from 'kysely';
 import type { Dialect } from '../db.js';
+import { createdAt, mintedToken, principalFk, textId, workspaceFk } from './columns.js';
 
 /** The foundation tables. Columns are portable: text, integer, and a binary type per engine. */
 export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
@@ -7,16 +8,16 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
 
   await db.schema
     .createTable('workspaces')
-    .addColumn('id', 'text', (c) => c.primaryKey())
+    .$call(textId)
     .addColumn('slug', 'text', (c) => c.notNull().unique())
     .addColumn('name', 'text', (c) => c.notNull())
     .addColumn('token_epoch', 'integer', (c) => c.notNull().defaultTo(0))
-    .addColumn('created_at', 'text', (c) => c.notNull())
+    .$call(createdAt)
     .execute();
 
   await db.schema
     .createTable('principals')
-    .addColumn('id', 'text', (c) => c.primaryKey())
+    .$call(textId)
     .addColumn('kind', 'text', (c) => c.notNull())
     .addColumn('name', 'text', (c) => c.notNull())
     .addColumn('email', 'text', (c) => c.unique())
@@ -24,29 +25,29 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
     .addColumn('workspace_id', 'text', (c) => c.references('workspaces.id'))
     .addColumn('created_by', 'text')
     .addColumn('ceiling', 'text')
-    .addColumn('created_at', 'text', (c) => c.notNull())
+    .$call(createdAt)
     .addColumn('deleted_at', 'text')
     .execute();
   await db.schema.createIndex('principals_workspace').on('principals').column('workspace_id').execute();
 
   await db.schema
     .createTable('members')
-    .addColumn('workspace_id', 'text', (c) => c.notNull().references('workspaces.id'))
-    .addColumn('principal_id', 'text', (c) => c.notNull().references('principals.id'))
+    .$call(workspaceFk)
+    .$call(principalFk)
     .addColumn('role', 'text', (c) => c.notNull())
-    .addColumn('created_at', 'text', (c) => c.notNull())
+    .$call(createdAt)
     .addPrimaryKeyConstraint('members_pk', ['workspace_id', 'principal_id'])
     .execute();
   await db.schema.createIndex('members_principal').on('members').column('principal_id').execute();
 
   await db.schema
     .createTable('sessions')
-    .addColumn('id', 'text', (c) => c.primaryKey())
+    .$call(textId)
     .addColumn('token_hash', 'text', (c) => c.notNull().unique())
-    .addColumn('principal_id', 'text', (c) => c.notNull().references('principals.id'))
-    .addColumn('workspace_id', 'text', (c) => c.notNull().references('workspaces.id'))
+    .$call(principalFk)
+    .$call(workspaceFk)
     .addColumn('csrf_token', 'text', (c) => c.notNull())
-    .addColumn('created_at', 'text', (c) => c.notNull())
+    .$call(createdAt)
     .addColumn('last_seen_at', 'text', (c) => c.notNull())
     .addColumn('expires_at', 'text', (c) => c.notNull())
     .addColumn('revoked_at', 'text')
@@ -56,25 +57,20 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
 
   await db.schema
     .createTable('agent_keys')
-    .addColumn('id', 'text', (c) => c.primaryKey())
-    .addColumn('principal_id', 'text', (c) => c.notNull().references('principals.id'))
-    .addColumn('workspace_id', 'text', (c) => c.notNull().references('workspaces.id'))
-    .addColumn('name', 'text', (c) => c.notNull())
-    .addColumn('token_hash', 'text', (c) => c.notNull().unique())
-    .addColumn('hint', 'text', (c) => c.notNull())
+    .$call(mintedToken)
     .addColumn('ceiling', 'text')
     .addColumn('ip_pin', 'text')
     .addColumn('expires_at', 'text')
     .addColumn('revoked_at', 'text')
     .addColumn('epoch', 'integer', (c) => c.notNull())
-    .addColumn('created_at', 'text', (c) => c.notNull())
+    .$call(createdAt)
     .addColumn('last_used_at', 'text')
     .execute();
   await db.schema.createIndex('agent_keys_principal').on('agent_keys').column('principal_id').execute();
 
   await db.schema
     .createTable('grants')
-    .addColumn('principal_id', 'text', (c) => c.notNull().references('principals.id'))
+    .$call(principalFk)
     .addColumn('position', 'integer', (c) => c.notNull())
     .addColumn('action', 'text', (c) => c.notNull())
     .addColumn('scope', 'text', (c) => c.notNull())
@@ -84,31 +80,31 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
 
   await db.schema
     .createTable('spaces')
-    .addColumn('workspace_id', 'text', (c) => c.notNull().references('workspaces.id'))
+    .$call(workspaceFk)
     .addColumn('id', 'text', (c) => c.notNull())
     .addColumn('name', 'text', (c) => c.notNull())
     .addColumn('summary', 'text', (c) => c.notNull().defaultTo(''))
-    .addColumn('created_at', 'text', (c) => c.notNull())
+    .$call(createdAt)
     .addPrimaryKeyConstraint('spaces_pk', ['workspace_id', 'id'])
     .execute();
 
   await db.schema
     .createTable('folders')
-    .addColumn('workspace_id', 'text', (c) => c.notNull().references('workspaces.id'))
+    .$call(workspaceFk)
     .addColumn('path', 'text', (c) => c.notNull())
     .addColumn('space', 'text', (c) => c.notNull())
     .addColumn('summary', 'text', (c) => c.notNull().defaultTo(''))
     .addColumn('auto_archive_days', 'integer')
     .addColumn('half_life_days', 'integer')
     .addColumn('archived', 'integer', (c) => c.notNull().defaultTo(0))
-    .addColumn('created_at', 'text', (c) => c.notNull())
+    .$call(createdAt)
     .addPrimaryKeyConstraint('folders_pk', ['workspace_id', 'path'])
     .execute();
 
   await db.schema
     .createTable('pages')
-    .addColumn('id', 'text', (c) => c.primaryKey())
-    .addColumn('workspace_id', 'text', (c) => c.notNull().references('workspaces.id'))
+    .$call(textId)
+    .$call(workspaceFk)
     .addColumn('path', 'text', (c) => c.notNull())
     .addColumn('space', 'text', (c) => c.notNull())
     .addColumn('cluster_path', 'text', (c) => c.notNull())
@@ -122,7 +118,7 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
     .addColumn('frontmatter', 'text', (c) => c.notNull())
     .addColumn('tags', 'text', (c) => c.notNull())
     .addColumn('links', 'text', (c) => c.notNull())
-    .addColumn('created_at', 'text', (c) => c.notNull())
+    .$call(createdAt)
     .addColumn('updated_at', 'text', (c) => c.notNull())
     .addColumn('last_touched_at', 'text')
     .addColumn('created_by', 'text', (c) => c.notNull())
@@ -141,20 +137,20 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
 
   await db.schema
     .createTable('commits')
-    .addColumn('workspace_id', 'text', (c) => c.notNull().references('workspaces.id'))
+    .$call(workspaceFk)
     .addColumn('seq', 'integer', (c) => c.notNull())
     .addColumn('sha', 'text', (c) => c.notNull())
     .addColumn('parent_sha', 'text')
     .addColumn('principal_id', 'text', (c) => c.notNull())
     .addColumn('message', 'text', (c) => c.notNull())
-    .addColumn('created_at', 'text', (c) => c.notNull())
+    .$call(createdAt)
     .addPrimaryKeyConstraint('commits_pk', ['workspace_id', 'seq'])
     .addUniqueConstraint('commits_sha', ['workspace_id', 'sha'])
     .execute();
 
   await db.schema
     .createTable('page_versions')
-    .addColumn('workspace_id', 'text', (c) => c.notNull().references('workspaces.id'))
+    .$call(workspaceFk)
     .addColumn('page_id', 'text', (c) => c.notNull())
     .addColumn('commit_seq', 'integer', (c) => c.notNull())
     .addColumn('commit_sha', 'text', (c) => c.notNull())
@@ -165,13 +161,13 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
     .addColumn('block_level', 'text')
     .addColumn('principal_id', 'text', (c) => c.notNull())
     .addColumn('message', 'text', (c) => c.notNull())
-    .addColumn('created_at', 'text', (c) => c.notNull())
+    .$call(createdAt)
     .addPrimaryKeyConstraint('page_versions_pk', ['workspace_id', 'page_id', 'commit_seq'])
     .execute();
 
   await db.schema
     .createTable('git_objects')
-    .addColumn('workspace_id', 'text', (c) => c.notNull().references('workspaces.id'))
+    .$call(workspaceFk)
     .addColumn('sha', 'text', (c) => c.notNull())
     .addColumn('type', 'text', (c) => c.notNull())
     .addColumn('data', binary, (c) => c.notNull())
@@ -182,7 +178,7 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
 
   await db.schema
     .createTable('git_refs')
-    .addColumn('workspace_id', 'text', (c) => c.notNull().references('workspaces.id'))
+    .$call(workspaceFk)
     .addColumn('name', 'text', (c) => c.notNull())
     .addColumn('sha', 'text', (c) => c.notNull())
     .addPrimaryKeyConstraint('git_refs_pk', ['workspace_id', 'name'])
@@ -190,7 +186,7 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
 
   await db.schema
     .createTable('audit_log')
-    .addColumn('workspace_id', 'text', (c) => c.notNull().references('workspaces.id'))
+    .$call(workspaceFk)
     .addColumn('seq', 'integer', (c) => c.notNull())
     .addColumn('at', 'text', (c) => c.notNull())
     .addColumn('principal_id', 'text')

@@ -1,5 +1,6 @@
 import type { Kysely } from 'kysely';
 import type { Dialect } from '../db.js';
+import { lifetime, mintedToken, textId, workspaceFk } from './columns.js';
 
 /** Identity and access: TOTP, pending sessions, invites, elevations, git tokens, rate-limit buckets. */
 export async function up(db: Kysely<unknown>, _dialect: Dialect): Promise<void> {
@@ -13,15 +14,13 @@ export async function up(db: Kysely<unknown>, _dialect: Dialect): Promise<void> 
 
   await db.schema
     .createTable('invites')
-    .addColumn('id', 'text', (c) => c.primaryKey())
-    .addColumn('workspace_id', 'text', (c) => c.notNull().references('workspaces.id'))
+    .$call(textId)
+    .$call(workspaceFk)
     .addColumn('token_hash', 'text', (c) => c.notNull().unique())
     .addColumn('role', 'text', (c) => c.notNull())
     .addColumn('email', 'text')
     .addColumn('created_by', 'text', (c) => c.notNull())
-    .addColumn('created_at', 'text', (c) => c.notNull())
-    .addColumn('expires_at', 'text', (c) => c.notNull())
-    .addColumn('revoked_at', 'text')
+    .$call(lifetime)
     .addColumn('accepted_at', 'text')
     .addColumn('accepted_by', 'text')
     .execute();
@@ -29,29 +28,20 @@ export async function up(db: Kysely<unknown>, _dialect: Dialect): Promise<void> 
 
   await db.schema
     .createTable('elevations')
-    .addColumn('id', 'text', (c) => c.primaryKey())
-    .addColumn('workspace_id', 'text', (c) => c.notNull().references('workspaces.id'))
+    .$call(textId)
+    .$call(workspaceFk)
     .addColumn('agent_id', 'text', (c) => c.notNull().references('principals.id'))
     .addColumn('granted_by', 'text', (c) => c.notNull())
     .addColumn('reason', 'text', (c) => c.notNull())
-    .addColumn('created_at', 'text', (c) => c.notNull())
-    .addColumn('expires_at', 'text', (c) => c.notNull())
-    .addColumn('revoked_at', 'text')
+    .$call(lifetime)
     .execute();
   await db.schema.createIndex('elevations_agent').on('elevations').column('agent_id').execute();
 
   await db.schema
     .createTable('git_tokens')
-    .addColumn('id', 'text', (c) => c.primaryKey())
-    .addColumn('principal_id', 'text', (c) => c.notNull().references('principals.id'))
-    .addColumn('workspace_id', 'text', (c) => c.notNull().references('workspaces.id'))
-    .addColumn('name', 'text', (c) => c.notNull())
-    .addColumn('token_hash', 'text', (c) => c.notNull().unique())
-    .addColumn('hint', 'text', (c) => c.notNull())
+    .$call(mintedToken)
     .addColumn('epoch', 'integer', (c) => c.notNull())
-    .addColumn('created_at', 'text', (c) => c.notNull())
-    .addColumn('expires_at', 'text', (c) => c.notNull())
-    .addColumn('revoked_at', 'text')
+    .$call(lifetime)
     .execute();
 
   await db.schema

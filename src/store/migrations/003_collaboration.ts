@@ -1,12 +1,13 @@
 import type { Kysely } from 'kysely';
 import type { Dialect } from '../db.js';
+import { createdAt, textId, workspaceFk } from './columns.js';
 
 /** Collaboration: proposals, threads on pages, and each principal's inbox. */
 export async function up(db: Kysely<unknown>, _dialect: Dialect): Promise<void> {
   await db.schema
     .createTable('proposals')
-    .addColumn('id', 'text', (c) => c.primaryKey())
-    .addColumn('workspace_id', 'text', (c) => c.notNull().references('workspaces.id'))
+    .$call(textId)
+    .$call(workspaceFk)
     .addColumn('status', 'text', (c) => c.notNull())
     // edit | create | archive | move | delete
     .addColumn('kind', 'text', (c) => c.notNull())
@@ -22,7 +23,7 @@ export async function up(db: Kysely<unknown>, _dialect: Dialect): Promise<void> 
     // The highest level involved (page and proposed content): who may see the proposal.
     .addColumn('sensitivity', 'text', (c) => c.notNull())
     .addColumn('proposer_id', 'text', (c) => c.notNull())
-    .addColumn('created_at', 'text', (c) => c.notNull())
+    .$call(createdAt)
     .addColumn('decided_by', 'text')
     .addColumn('decided_at', 'text')
     .addColumn('decision_reason', 'text')
@@ -34,8 +35,8 @@ export async function up(db: Kysely<unknown>, _dialect: Dialect): Promise<void> 
 
   await db.schema
     .createTable('thread_messages')
-    .addColumn('id', 'text', (c) => c.primaryKey())
-    .addColumn('workspace_id', 'text', (c) => c.notNull().references('workspaces.id'))
+    .$call(textId)
+    .$call(workspaceFk)
     .addColumn('page_id', 'text', (c) => c.notNull())
     .addColumn('seq', 'integer', (c) => c.notNull())
     .addColumn('author_id', 'text', (c) => c.notNull())
@@ -44,14 +45,14 @@ export async function up(db: Kysely<unknown>, _dialect: Dialect): Promise<void> 
     .addColumn('body', 'text', (c) => c.notNull())
     .addColumn('reply_to', 'text')
     .addColumn('mentions', 'text', (c) => c.notNull().defaultTo('[]'))
-    .addColumn('created_at', 'text', (c) => c.notNull())
+    .$call(createdAt)
     .addUniqueConstraint('thread_messages_seq', ['page_id', 'seq'])
     .execute();
 
   await db.schema
     .createTable('threads')
     .addColumn('page_id', 'text', (c) => c.primaryKey())
-    .addColumn('workspace_id', 'text', (c) => c.notNull().references('workspaces.id'))
+    .$call(workspaceFk)
     // Consecutive agent-authored messages; the 4th locks the thread.
     .addColumn('agent_hops', 'integer', (c) => c.notNull().defaultTo(0))
     .addColumn('locked_at', 'text')
@@ -70,7 +71,7 @@ export async function up(db: Kysely<unknown>, _dialect: Dialect): Promise<void> 
 
   await db.schema
     .createTable('inbox_events')
-    .addColumn('workspace_id', 'text', (c) => c.notNull().references('workspaces.id'))
+    .$call(workspaceFk)
     .addColumn('principal_id', 'text', (c) => c.notNull())
     .addColumn('seq', 'integer', (c) => c.notNull())
     // mention | reply | proposal | conflict
@@ -79,7 +80,7 @@ export async function up(db: Kysely<unknown>, _dialect: Dialect): Promise<void> 
     .addColumn('page_id', 'text')
     .addColumn('proposal_id', 'text')
     .addColumn('payload', 'text', (c) => c.notNull())
-    .addColumn('created_at', 'text', (c) => c.notNull())
+    .$call(createdAt)
     .addColumn('read_at', 'text')
     .addColumn('done_at', 'text')
     .addPrimaryKeyConstraint('inbox_events_pk', ['workspace_id', 'principal_id', 'seq'])

@@ -1,5 +1,6 @@
 import { sql, type Kysely } from 'kysely';
 import type { Dialect } from '../db.js';
+import { workspaceFk } from './columns.js';
 import type { DB } from '../schema.js';
 
 /**
@@ -22,29 +23,20 @@ export const FOLD_TO =
  * background job that migration 010 requests (src/retrieval/reindex-job.ts): SQL only here.
  */
 export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
-  if (dialect === 'postgres') {
-    const fold = (col: string) => sql`translate(${sql.ref(col)}, ${sql.lit(FOLD_FROM)}, ${sql.lit(FOLD_TO)})`;
-    await sql`create table page_sections (
-      id bigserial primary key,
-      workspace_id text not null references workspaces(id),
-      page_id text not null,
-      ord integer not null,
-      title text not null,
-      heading text not null,
-      heading_level integer not null,
-      text text not null,
-      block_level text,
+  const pg = dialect === 'postgres';
+  const fold = (col: string) => sql`translate(${sql.ref(col)}, ${sql.lit(FOLD_FROM)}, ${sql.lit(FOLD_TO)})`;
+  // PostgreSQL indexes a section by a generated tsvector column; SQLite by an FTS5 table (below).
+  const tsv = pg
+    ? sql`
       tsv tsvector generated always as (
         setweight(to_tsvector('english', ${fold('title')}), 'A') ||
         setweight(to_tsvector('english', ${fold('heading')}), 'B') ||
         to_tsvector('english', ${fold('text')})
-      ) stored,
-      unique (page_id, ord)
-    )`.execute(db);
-    await sql`create index page_sections_tsv on page_sections using gin (tsv)`.execute(db);
-  } else {
-    await sql`create table page_sections (
-      id integer primary key,
+      ) stored,`
+    : sql``;
+  // SQLite keeps this text, white space included, as the table's definition in sqlite_master.
+  await sql`create table page_sections (
+      id ${sql.raw(pg ? 'bigserial' : 'integer')} primary key,
       workspace_id text not null references workspaces(id),
       page_id text not null,
       ord integer not null,
@@ -52,9 +44,12 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
       heading text not null,
       heading_level integer not null,
       text text not null,
-      block_level text,
+      block_level text,${tsv}
       unique (page_id, ord)
     )`.execute(db);
+  if (pg) {
+    await sql`create index page_sections_tsv on page_sections using gin (tsv)`.execute(db);
+  } else {
     // External-content FTS5 over page_sections, kept in step by triggers.
     await sql`create virtual table page_sections_fts using fts5(
       title, heading, text,
@@ -76,7 +71,7 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
 
   await db.schema
     .createTable('page_links')
-    .addColumn('workspace_id', 'text', (c) => c.notNull().references('workspaces.id'))
+    .$call(workspaceFk)
     .addColumn('source_id', 'text', (c) => c.notNull())
     .addColumn('ord', 'integer', (c) => c.notNull())
     // As written in the page (wiki text or markdown href), and how it was written.
@@ -95,7 +90,7 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
 
   await db.schema
     .createTable('page_keys')
-    .addColumn('workspace_id', 'text', (c) => c.notNull().references('workspaces.id'))
+    .$call(workspaceFk)
     .addColumn('key', 'text', (c) => c.notNull())
     .addColumn('page_id', 'text', (c) => c.notNull())
     .addPrimaryKeyConstraint('page_keys_pk', ['workspace_id', 'key', 'page_id'])
@@ -104,7 +99,7 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
 
   await db.schema
     .createTable('page_tags')
-    .addColumn('workspace_id', 'text', (c) => c.notNull().references('workspaces.id'))
+    .$call(workspaceFk)
     .addColumn('page_id', 'text', (c) => c.notNull())
     .addColumn('tag', 'text', (c) => c.notNull())
     .addPrimaryKeyConstraint('page_tags_pk', ['page_id', 'tag'])
