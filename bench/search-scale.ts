@@ -210,17 +210,17 @@ async function bulkLoad(ctx: CoreContext, p: Principal, v: Vocabulary, pages: nu
         bytes += raw.length;
         const target = parsePagePath(pagePath(n));
         const c = analyzeContent(raw, target.slug);
-        if (!spacesDone.has(target.clusterPath)) {
+        if (!spacesDone.has(target.folderPath)) {
           await ensureSpace(trx, p.workspaceId, target.space, now);
-          await ensureFolders(trx, p.workspaceId, target.clusterPath, now);
-          spacesDone.add(target.clusterPath);
+          await ensureFolders(trx, p.workspaceId, target.folderPath, now);
+          spacesDone.add(target.folderPath);
         }
         const row: PagesTable = {
           id: pageId(),
           workspace_id: p.workspaceId,
           path: target.path,
           space: target.space,
-          cluster_path: target.clusterPath,
+          cluster_path: target.folderPath,
           title: c.title,
           content: raw,
           content_hash: gitBlobSha(raw),

@@ -5,7 +5,7 @@ import type { AuditLogTable } from '../store/schema.js';
 export interface AuditInput {
   principalId: string | null;
   action: string;
-  nodeId?: string | null;
+  pageId?: string | null;
   detail?: Record<string, unknown>;
 }
 
@@ -34,7 +34,7 @@ export async function appendAudit(trx: Executor, workspaceId: string, input: Aud
     at: at.toISOString(),
     principal_id: input.principalId,
     action: input.action,
-    node_id: input.nodeId ?? null,
+    node_id: input.pageId ?? null,
     detail: JSON.stringify(input.detail ?? {}),
   };
   const prevHash = last?.hash ?? GENESIS;

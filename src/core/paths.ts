@@ -32,7 +32,7 @@ export interface PagePath {
   path: string;
   space: string;
   /** The folder holding the page: `<space>/<folder>…`, or `<space>` for a page at the Space's root. */
-  clusterPath: string;
+  folderPath: string;
   slug: string;
 }
 
@@ -48,7 +48,7 @@ export function parsePagePath(raw: string): PagePath {
   return {
     path: raw,
     space: segments[0]!,
-    clusterPath: segments.slice(0, -1).join('/'),
+    folderPath: segments.slice(0, -1).join('/'),
     slug: file.slice(0, -3),
   };
 }
@@ -84,8 +84,8 @@ export function slugify(title: string): string {
 }
 
 /** Every folder path from the Space's first folder down to the given cluster path. */
-export function folderChain(clusterPath: string): string[] {
-  const segs = clusterPath.split('/');
+export function folderChain(folderPath: string): string[] {
+  const segs = folderPath.split('/');
   const out: string[] = [];
   for (let i = 2; i <= segs.length; i++) out.push(segs.slice(0, i).join('/'));
   return out;

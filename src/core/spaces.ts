@@ -24,10 +24,10 @@ export async function ensureSpace(trx: Executor, workspaceId: string, space: str
 }
 
 /** Folder rows hold settings (summary, lifecycle); they appear on first use. */
-export async function ensureFolders(trx: Executor, workspaceId: string, clusterPath: string, now: string): Promise<void> {
-  const chain = folderChain(clusterPath);
+export async function ensureFolders(trx: Executor, workspaceId: string, folderPath: string, now: string): Promise<void> {
+  const chain = folderChain(folderPath);
   if (chain.length === 0) return;
-  const space = clusterPath.split('/')[0]!;
+  const space = folderPath.split('/')[0]!;
   await trx
     .insertInto('folders')
     .values(
@@ -173,8 +173,8 @@ export async function spaceTree(
   const top = make(root);
   const index = new Map<string, TreeFolder>([[root, top]]);
   const rootDepth = root.split('/').length;
-  const folderFor = (clusterPath: string): TreeFolder => {
-    const segs = clusterPath.split('/');
+  const folderFor = (folderPath: string): TreeFolder => {
+    const segs = folderPath.split('/');
     let node = top;
     for (let i = rootDepth + 1; i <= segs.length; i++) {
       const path = segs.slice(0, i).join('/');

@@ -309,7 +309,7 @@ export async function postMessage(ctx: CoreContext, p: Principal, ref: string, i
       {
         principalId: p.id,
         action: 'thread.post',
-        nodeId: page.id,
+        pageId: page.id,
         detail: { message: id, seq, kind, ...(input.reply_to ? { reply_to: input.reply_to } : {}), ...(next.lockNow ? { locked: true } : {}) },
       },
       now,
@@ -360,7 +360,7 @@ export async function unlockThread(ctx: CoreContext, p: Principal, ref: string):
         .set({ locked_at: null, agent_hops: 0, unlocked_by: p.id, unlocked_at: now.toISOString() })
         .where('page_id', '=', page.id)
         .execute();
-      await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'thread.unlock', nodeId: page.id, detail: { locked_at: t.locked_at, agent_hops: t.agent_hops } }, now);
+      await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'thread.unlock', pageId: page.id, detail: { locked_at: t.locked_at, agent_hops: t.agent_hops } }, now);
       changed = true;
     }
     const after = await threadRow(trx, page.id);

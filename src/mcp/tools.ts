@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { changeClusterState } from '../core/clusters.js';
+import { changeFolderState } from '../core/folders.js';
 import type { CoreContext } from '../core/context.js';
 import { badRequest, ServiceError } from '../core/errors.js';
 import { ackInbox } from '../core/inbox.js';
@@ -75,11 +75,11 @@ function pageRef(a: { id?: string | undefined; node_id?: string | undefined; pat
 }
 
 /** A Space or `space/folder…` scope, split as the search filters take it. */
-function splitScope(scope: string | undefined): { space?: string; cluster?: string } {
+function splitScope(scope: string | undefined): { space?: string; folder?: string } {
   if (scope === undefined) return {};
   const s = scope.replace(/^\/+|\/+$/g, '');
   const space = s.split('/')[0]!;
-  return s.includes('/') ? { space, cluster: s } : { space };
+  return s.includes('/') ? { space, folder: s } : { space };
 }
 
 /** An archive that became a proposal is reported as the spec's "else proposal" error. */
@@ -221,7 +221,7 @@ export const TOOLS: ToolDef[] = [
     run: async (a, { ctx, p }) => {
       if (a.cluster_path !== undefined) {
         if (a.id !== undefined || a.node_id !== undefined) throw badRequest('Send either id/node_id or cluster_path');
-        return changeClusterState(ctx, p, a.cluster_path, 'archive', a.reason);
+        return changeFolderState(ctx, p, a.cluster_path, 'archive', a.reason);
       }
       return landedOrProposed(await archivePage(ctx, p, pageRef(a, 'id, node_id or cluster_path'), a.reason), 'Archiving');
     },
@@ -235,7 +235,7 @@ export const TOOLS: ToolDef[] = [
     run: async (a, { ctx, p }) => {
       if (a.cluster_path !== undefined) {
         if (a.id !== undefined || a.node_id !== undefined) throw badRequest('Send either id/node_id or cluster_path');
-        return changeClusterState(ctx, p, a.cluster_path, 'restore');
+        return changeFolderState(ctx, p, a.cluster_path, 'restore');
       }
       return landedOrProposed(await restorePage(ctx, p, pageRef(a, 'id, node_id or cluster_path')), 'Restoring');
     },

@@ -2,7 +2,7 @@ import type { RetrievalContext } from './context.js';
 import { badRequest, forbidden } from '../errors/index.js';
 import { hasActionWithin } from '../policy/access.js';
 import type { Principal } from '../policy/principal.js';
-import { clusterPath, visible, type Candidate, type Scope } from './candidates.js';
+import { folderPath, visible, type Candidate, type Scope } from './candidates.js';
 import { queryTerms } from './keyword.js';
 import { keywordList, rankHybrid, vectorList } from './search.js';
 import { tokenCount, truncateToTokens } from './tokens.js';
@@ -56,7 +56,7 @@ export interface Bundle {
 }
 
 /** `eng` or `eng/runbooks/deploy`: the Space and, when deeper, the folder. */
-export function parseScope(scope: string | undefined): { space?: string; cluster?: string } {
+export function parseScope(scope: string | undefined): { space?: string; folder?: string } {
   if (scope === undefined) return {};
   const s = scope.trim().replace(/^\/+|\/+$/g, '');
   if (s === '') return {};
@@ -64,7 +64,7 @@ export function parseScope(scope: string | undefined): { space?: string; cluster
     throw badRequest('scope must be a Space or space/folder path', 'invalid_scope');
   }
   const space = s.split('/')[0]!;
-  return s.includes('/') ? { space, cluster: s } : { space };
+  return s.includes('/') ? { space, folder: s } : { space };
 }
 
 function shingles(text: string): Set<string> {
@@ -176,8 +176,8 @@ export async function buildBundle(ctx: RetrievalContext, p: Principal, opts: Bun
 
 function inScope(scope: Scope, r: { space: string; cluster_path: string }): boolean {
   if (scope.space && r.space !== scope.space) return false;
-  if (!scope.cluster) return true;
-  const c = clusterPath(scope.space, scope.cluster);
+  if (!scope.folder) return true;
+  const c = folderPath(scope.space, scope.folder);
   return r.cluster_path === c || r.cluster_path.startsWith(`${c}/`);
 }
 

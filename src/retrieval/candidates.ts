@@ -44,7 +44,7 @@ export interface Scope {
   action: Action;
   space?: string | undefined;
   /** A folder path, with or without its Space. */
-  cluster?: string | undefined;
+  folder?: string | undefined;
   tags?: string[] | undefined;
   includeArchived: boolean;
 }
@@ -76,8 +76,8 @@ function codePoints(s: string): number {
 }
 
 /** The folder filter as a full path: `ops` inside Space `eng` is `eng/ops`. */
-export function clusterPath(space: string | undefined, cluster: string): string {
-  let c = cluster.replace(/^\/+|\/+$/g, '');
+export function folderPath(space: string | undefined, folder: string): string {
+  let c = folder.replace(/^\/+|\/+$/g, '');
   if (space && c !== space && !c.startsWith(`${space}/`)) c = `${space}/${c}`;
   return c;
 }
@@ -127,8 +127,8 @@ function where(p: Principal, scope: Scope, allowed: Level[]): RawBuilder<unknown
   if (reach) filters.push(reach);
   if (!scope.includeArchived) filters.push(sql`p.state = 'active'`);
   if (scope.space) filters.push(sql`p.space = ${scope.space}`);
-  if (scope.cluster) {
-    const c = clusterPath(scope.space, scope.cluster);
+  if (scope.folder) {
+    const c = folderPath(scope.space, scope.folder);
     filters.push(sql`(p.cluster_path = ${c} or substr(p.cluster_path, 1, ${codePoints(c) + 1}) = ${`${c}/`})`);
   }
   const tags = [...new Set(scope.tags ?? [])];

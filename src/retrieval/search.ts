@@ -14,7 +14,7 @@ export type SearchMode = (typeof SEARCH_MODES)[number];
 export interface SearchOptions {
   q: string;
   space?: string | undefined;
-  cluster?: string | undefined;
+  folder?: string | undefined;
   tags?: string[] | undefined;
   mode: SearchMode;
   limit: number;
@@ -130,7 +130,7 @@ export async function rankHybrid(ctx: RetrievalContext, p: Principal, kw: Keywor
 }
 
 /** Half-life of a page's folder: the nearest folder up its path that sets one. */
-export async function halfLives(ctx: RetrievalContext, workspaceId: string): Promise<(clusterPath: string) => number | null> {
+export async function halfLives(ctx: RetrievalContext, workspaceId: string): Promise<(folderPath: string) => number | null> {
   const rows = await ctx.store.db
     .selectFrom('folders')
     .select(['path', 'half_life_days'])
@@ -139,8 +139,8 @@ export async function halfLives(ctx: RetrievalContext, workspaceId: string): Pro
     .execute();
   if (rows.length === 0) return () => null;
   const map = new Map(rows.map((r) => [r.path, r.half_life_days]));
-  return (cluster) => {
-    for (let c = cluster; c !== ''; c = c.includes('/') ? c.slice(0, c.lastIndexOf('/')) : '') {
+  return (folder) => {
+    for (let c = folder; c !== ''; c = c.includes('/') ? c.slice(0, c.lastIndexOf('/')) : '') {
       const h = map.get(c);
       if (h !== undefined) return h;
     }
@@ -156,7 +156,7 @@ export async function halfLives(ctx: RetrievalContext, workspaceId: string): Pro
 export async function searchPages(ctx: RetrievalContext, p: Principal, opts: SearchOptions): Promise<SearchResult> {
   if (opts.q.trim() === '') throw badRequest('The query q is empty', 'invalid_query');
   if (!hasActionWithin(p, 'search', '*')) throw forbidden('No search grant');
-  const scope: Scope = { action: 'search', space: opts.space, cluster: opts.cluster, tags: opts.tags, includeArchived: opts.includeArchived };
+  const scope: Scope = { action: 'search', space: opts.space, folder: opts.folder, tags: opts.tags, includeArchived: opts.includeArchived };
   const terms = queryTerms(opts.q);
   const out: SearchResult = { mode: opts.mode, mode_used: opts.mode, results: [] };
 

@@ -71,7 +71,7 @@ export async function commitPage(
     workspace_id: p.workspaceId,
     path: target.path,
     space: target.space,
-    cluster_path: target.clusterPath,
+    cluster_path: target.folderPath,
     title: content?.title ?? existing?.title ?? target.slug,
     content: content?.raw ?? existing?.content ?? '',
     content_hash: content ? commit.blobs.get(target.path)! : existing!.content_hash,
@@ -91,7 +91,7 @@ export async function commitPage(
   };
   if (content) {
     await ensureSpace(trx, p.workspaceId, target.space, now);
-    await ensureFolders(trx, p.workspaceId, target.clusterPath, now);
+    await ensureFolders(trx, p.workspaceId, target.folderPath, now);
   }
   if (existing) {
     const { id: _id, ...rest } = row;
@@ -137,7 +137,7 @@ export async function commitPage(
     {
       principalId: p.id,
       action: `page.${action}`,
-      nodeId: id,
+      pageId: id,
       detail: {
         path: target.path,
         commit: commit.sha,

@@ -107,8 +107,18 @@ export interface UpdateResult extends WriteResult {
  * (holding the writer's content and base) and a `conflict` event for the writer, and the
  * caller gets 409 `conflict` carrying that proposal.
  */
-export async function updatePage(ctx: CoreContext, p: Principal, ref: string, update: PageUpdate, pre: Precondition, message?: string): Promise<UpdateResult>;
-export async function updatePage(
+export async function updatePage(ctx: CoreContext, p: Principal, ref: string, update: PageUpdate, pre: Precondition, message?: string): Promise<UpdateResult> {
+  const r = await writeUpdate(ctx, p, ref, update, pre, message, { allowPropose: false });
+  if ('proposal' in r) throw new Error('unreachable: a proposal where none was allowed');
+  return r;
+}
+
+/** PUT and PATCH over REST: as updatePage, and an agent without write but with propose proposes (202). */
+export function updateOrProposePage(ctx: CoreContext, p: Principal, ref: string, update: PageUpdate, pre: Precondition, message?: string): Promise<UpdateResult | Proposed> {
+  return writeUpdate(ctx, p, ref, update, pre, message, { allowPropose: true });
+}
+
+async function writeUpdate(
   ctx: CoreContext,
   p: Principal,
   ref: string,
@@ -116,15 +126,6 @@ export async function updatePage(
   pre: Precondition,
   message: string | undefined,
   opts: { allowPropose: boolean },
-): Promise<UpdateResult | Proposed>;
-export async function updatePage(
-  ctx: CoreContext,
-  p: Principal,
-  ref: string,
-  update: PageUpdate,
-  pre: Precondition,
-  message?: string,
-  opts = { allowPropose: false },
 ): Promise<UpdateResult | Proposed> {
   const result = await inTransaction(ctx.store, p.workspaceId, async (trx) => {
     const current = await findReadablePage(trx, p, ref);

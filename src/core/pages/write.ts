@@ -16,7 +16,7 @@ import { assertPathFree, commitPage, facts, rowFacts } from './persist.js';
 import { presentPage, type PageRecord } from './record.js';
 
 export { assertPathFree, commitPage, facts, rowFacts } from './persist.js';
-export { applyUpdate, updatePage, type PageUpdate, type Precondition, type UpdateResult } from './update.js';
+export { applyUpdate, updateOrProposePage, updatePage, type PageUpdate, type Precondition, type UpdateResult } from './update.js';
 
 export type NewPageInput =
   | { path: string; content: string }
@@ -47,14 +47,23 @@ export interface Proposed {
   proposal: ProposalRecord;
 }
 
+/** Creates a page (MCP, imports): a caller without write is refused. */
+export async function createPage(ctx: CoreContext, p: Principal, input: NewPageInput, message?: string): Promise<WriteResult> {
+  const r = await writeNewPage(ctx, p, input, message, { allowPropose: false });
+  if ('proposal' in r) throw new Error('unreachable: a proposal where none was allowed');
+  return r;
+}
+
 /**
- * Creates a page. With `allowPropose` (REST), an agent that may not write there but holds the
- * propose grant opens a `create` proposal instead (a path held by a page it cannot see is, to
- * it, free: the proposal says no more than POST /api/v1/proposals would).
+ * A create over REST: as createPage, but an agent that may not write there and holds the
+ * propose grant opens a `create` proposal instead (202). A path held by a page it cannot see is,
+ * to it, free: the proposal says no more than POST /api/v1/proposals would.
  */
-export async function createPage(ctx: CoreContext, p: Principal, input: NewPageInput, message?: string): Promise<WriteResult>;
-export async function createPage(ctx: CoreContext, p: Principal, input: NewPageInput, message: string | undefined, opts: { allowPropose: boolean }): Promise<WriteResult | Proposed>;
-export async function createPage(ctx: CoreContext, p: Principal, input: NewPageInput, message?: string, opts = { allowPropose: false }): Promise<WriteResult | Proposed> {
+export function createOrProposePage(ctx: CoreContext, p: Principal, input: NewPageInput, message?: string): Promise<WriteResult | Proposed> {
+  return writeNewPage(ctx, p, input, message, { allowPropose: true });
+}
+
+async function writeNewPage(ctx: CoreContext, p: Principal, input: NewPageInput, message: string | undefined, opts: { allowPropose: boolean }): Promise<WriteResult | Proposed> {
   const { target, raw } = resolveNewPage(input);
   const content = analyzeContent(raw, target.slug);
   const next = facts(target.path, content);

@@ -127,7 +127,7 @@ export async function insertProposal(ctx: CoreContext, trx: Transaction<DB>, p: 
   older = np.pageId ? older.where('page_id', '=', np.pageId) : older.where('page_id', 'is', null).where('path', '=', np.path);
   await older.execute();
   await trx.insertInto('proposals').values(row).execute();
-  await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'proposal.create', nodeId: np.pageId, detail: { proposal: row.id, kind: np.kind, origin: np.origin, path: np.path } });
+  await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'proposal.create', pageId: np.pageId, detail: { proposal: row.id, kind: np.kind, origin: np.origin, path: np.path } });
 
   const deciders = await liveMembers(trx, p.workspaceId).select(['members.principal_id', 'members.role']).where('members.role', 'in', ['owner', 'editor']).execute();
   const events: NewEvent[] = deciders

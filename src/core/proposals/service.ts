@@ -236,7 +236,7 @@ export async function acceptProposal(ctx: CoreContext, p: Principal, id: string,
       .set({ status: 'accepted', decided_by: p.id, decided_at: decidedAt, result_commit: commitSha, ...(input.content !== undefined ? { content: input.content } : {}) })
       .where('id', '=', row.id)
       .execute();
-    await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'proposal.accept', nodeId: row.page_id, detail: { proposal: row.id, commit: commitSha, proposer: row.proposer_id } });
+    await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'proposal.accept', pageId: row.page_id, detail: { proposal: row.id, commit: commitSha, proposer: row.proposer_id } });
     await notifyProposer(ctx, trx, p, row, 'accepted', { commit_sha: commitSha });
     return loadProposal(trx, p, row.id);
   });
@@ -253,7 +253,7 @@ export async function rejectProposal(ctx: CoreContext, p: Principal, id: string,
       .set({ status: 'rejected', decided_by: p.id, decided_at: new Date().toISOString(), decision_reason: reason })
       .where('id', '=', row.id)
       .execute();
-    await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'proposal.reject', nodeId: row.page_id, detail: { proposal: row.id, reason } });
+    await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'proposal.reject', pageId: row.page_id, detail: { proposal: row.id, reason } });
     await notifyProposer(ctx, trx, p, row, 'rejected', { reason });
     return loadProposal(trx, p, row.id);
   });

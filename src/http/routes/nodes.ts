@@ -4,7 +4,7 @@ import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
 import { pageDiff, pageHistory, readPage } from '../../core/pages/read.js';
 import type { PageRecord } from '../../core/pages/record.js';
-import { archivePage, createPage, deletePage, movePage, restorePage, updatePage, type PageUpdate, type PublicOutcome } from '../../core/pages/write.js';
+import { archivePage, createOrProposePage, deletePage, movePage, restorePage, updateOrProposePage, type PageUpdate, type PublicOutcome } from '../../core/pages/write.js';
 import { ArchiveReasonInput, BODY_PATH_MAX_CHARS, CommitMessage, PATH_MAX_CHARS, SECTION_MAX_CHARS, Sha, Title } from '../../core/pages/input.js';
 import { proposedView } from '../../presenters/proposals.js';
 import { writeResultView } from '../../presenters/pages.js';
@@ -72,7 +72,7 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
     },
     async (req, reply) => {
       const { message, ...input } = req.body;
-      const o = await createPage(ctx, caller(req), input, message, { allowPropose: true });
+      const o = await createOrProposePage(ctx, caller(req), input, message);
       if ('proposal' in o) return sendOutcome(reply, o);
       return withEtag(reply.code(201), o.record).send(o.record);
     },
@@ -127,15 +127,8 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
           b.content !== undefined
             ? { kind: 'replace', content: b.content }
             : { kind: 'fields', title: b.title, body: b.body, frontmatter: b.frontmatter, mergeFrontmatter: method === 'patch' };
-        const o = await updatePage(
-          ctx,
-          caller(req),
-          req.params.id,
-          change,
-          { ifMatch: headerValue(req.headers['if-match']), baseSha: b.base_sha },
-          b.message,
-          { allowPropose: true },
-        );
+        const pre = { ifMatch: headerValue(req.headers['if-match']), baseSha: b.base_sha };
+        const o = await updateOrProposePage(ctx, caller(req), req.params.id, change, pre, b.message);
         if ('proposal' in o) return sendOutcome(reply, o);
         return withEtag(reply, o.record).send(writeResultView(o));
       },

@@ -154,7 +154,7 @@ export async function retrievalRoutes(app: FastifyInstance, ctx: CoreContext): P
       return searchPages(ctx, caller(req), {
         q: q.q,
         space: q.space,
-        cluster: q.cluster,
+        folder: q.cluster,
         tags: q.tags,
         mode: q.mode,
         limit: q.limit,

@@ -1,6 +1,6 @@
 import { sql } from 'kysely';
 import { ceilingFor } from '../policy/access.js';
-import { decideClusterArchive } from '../policy/clusters.js';
+import { decideFolderArchive } from '../policy/folders.js';
 import { canReadPage, enforce } from '../policy/pages.js';
 import type { Principal } from '../policy/principal.js';
 import { inTransaction } from '../store/tx.js';
@@ -14,9 +14,9 @@ import { parseFolderPath } from './paths.js';
 import { presentProposal, type ProposalRecord } from './proposals/record.js';
 
 /** Pages one folder archive or restore may touch: each is a commit in one transaction. */
-export const MAX_CLUSTER_PAGES = 1000;
+export const MAX_FOLDER_PAGES = 1000;
 
-export interface ClusterChangeResult {
+export interface FolderChangeResult {
   cluster_path: string;
   /** Pages that changed state (one commit each). */
   pages: { id: string; path: string; commit_sha: string }[];
@@ -26,7 +26,7 @@ export interface ClusterChangeResult {
   archived: boolean;
 }
 
-function parseCluster(raw: string): string {
+function folderArg(raw: string): string {
   const path = parseFolderPath(raw.replace(/^\/+|\/+$/g, '')).path;
   if (!path.includes('/')) throw badRequest('cluster_path is <space>/<folder>', 'invalid_path');
   return path;
@@ -39,16 +39,16 @@ function parseCluster(raw: string): string {
  * write is refused). The folder's own `archived` flag follows when every page it holds
  * changed. Humans need a step-up to archive a folder (policy/clusters.ts).
  */
-export async function changeClusterState(
+export async function changeFolderState(
   ctx: CoreContext,
   p: Principal,
   rawPath: string,
   action: 'archive' | 'restore',
   reason?: ArchiveReason | undefined,
   message?: string | undefined,
-): Promise<ClusterChangeResult> {
-  const cluster = parseCluster(rawPath);
-  if (action === 'archive') enforce(decideClusterArchive(p));
+): Promise<FolderChangeResult> {
+  const cluster = folderArg(rawPath);
+  if (action === 'archive') enforce(decideFolderArchive(p));
   const result = await inTransaction(ctx.store, p.workspaceId, async (trx) => {
     // Sub-folders by prefix on a segment boundary (no LIKE: `_` is a legal name character).
     const prefix = `${cluster}/`;
@@ -72,10 +72,10 @@ export async function changeClusterState(
     if (todo.length === 0) {
       throw action === 'archive' ? conflict(`Folder ${cluster} holds no active page`, 'already_archived') : conflict(`Folder ${cluster} holds no archived page`, 'not_archived');
     }
-    if (todo.length > MAX_CLUSTER_PAGES) {
-      throw badRequest(`Folder ${cluster} holds ${todo.length} pages to ${action}; at most ${MAX_CLUSTER_PAGES} at once (do its sub-folders one by one)`, 'cluster_too_large');
+    if (todo.length > MAX_FOLDER_PAGES) {
+      throw badRequest(`Folder ${cluster} holds ${todo.length} pages to ${action}; at most ${MAX_FOLDER_PAGES} at once (do its sub-folders one by one)`, 'cluster_too_large');
     }
-    const pages: ClusterChangeResult['pages'] = [];
+    const pages: FolderChangeResult['pages'] = [];
     const proposals: ProposalRecord[] = [];
     for (const row of todo) {
       const o = await setStateTx(ctx, trx, p, row, action, reason, { message, allowPropose: action === 'archive' });

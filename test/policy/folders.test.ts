@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { decideClusterArchive } from '../../src/policy/clusters.js';
+import { decideFolderArchive } from '../../src/policy/folders.js';
 import type { Principal } from '../../src/policy/principal.js';
 import { NOW, ago, FIVE_MIN, FUTURE, human, agent, g, outcome, ALLOW, forbid, type Outcome } from './support.js';
 
@@ -11,7 +11,7 @@ import { NOW, ago, FIVE_MIN, FUTURE, human, agent, g, outcome, ALLOW, forbid, ty
 
 const STEP_UP = forbid('Archiving a folder needs a step-up within the last 5 minutes (POST /api/auth/stepup)', 'step_up_required');
 
-describe('decideClusterArchive: humans step up; agents pass to the per-page decisions', () => {
+describe('decideFolderArchive: humans step up; agents pass to the per-page decisions', () => {
   const rows: { name: string; actor: Principal; expected: Outcome }[] = [
     { name: 'owner without step-up', actor: human('owner'), expected: STEP_UP },
     { name: 'owner stepped up 1 min ago', actor: human('owner', { stepUpAt: ago(60_000) }), expected: ALLOW },
@@ -32,6 +32,6 @@ describe('decideClusterArchive: humans step up; agents pass to the per-page deci
     { name: 'agent carrying a stale stepUpAt is not asked for one', actor: agent([], { stepUpAt: ago(FIVE_MIN * 10) }), expected: ALLOW },
   ];
   it.each(rows)('$name', ({ actor, expected }) => {
-    expect(outcome(decideClusterArchive(actor, NOW))).toEqual(expected);
+    expect(outcome(decideFolderArchive(actor, NOW))).toEqual(expected);
   });
 });

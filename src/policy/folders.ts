@@ -7,7 +7,7 @@ import type { Principal } from './principal.js';
  * for the folder as a whole; every page in it is then decided on its own (decideWrite, and
  * without write the spec's proposal instead). Restoring a folder has no gate of its own.
  */
-export function decideClusterArchive(p: Principal, now = new Date()): Decision {
+export function decideFolderArchive(p: Principal, now = new Date()): Decision {
   if (p.kind === 'human' && !hasStepUp(p, now)) return stepUpNeeded('Archiving a folder');
   return { kind: 'allow' };
 }
