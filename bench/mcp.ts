@@ -31,9 +31,13 @@ export async function benchMcp(opts: { durationS: number; warmupS: number; conne
     log('mcp: starting the service (src/main.ts) as a child process');
     service = await startChild({ name: 'service', script: 'src/main.ts', env: { ...SERVICE_ENV, DATA_DIR: dataDir }, readyPath: '/healthz' });
     const human = await signupHuman(service.url, 'Bencher');
-    const agent = await createAgentWithKey(human.client, [{ action: 'read' }, { action: 'write' }, { action: 'search' }, { action: 'propose' }, { action: 'collab' }], {
-      name: 'bench-mcp',
-    });
+    const agent = await createAgentWithKey(
+      human.client,
+      [{ action: 'read' }, { action: 'write' }, { action: 'search' }, { action: 'propose' }, { action: 'collab' }],
+      {
+        name: 'bench-mcp',
+      },
+    );
     const created = await agent.client.post('/api/v1/nodes', { path: 'eng/ops/deploy-payments.md', content: typicalPage() });
     if (created.status !== 201) throw new Error(`page create failed: ${created.status} ${created.text}`);
     const id = created.body.id as string;

@@ -68,7 +68,8 @@ export async function benchRetrievalQuality(opts: { details?: boolean; pgAdminUr
   const queries = loadQueries();
   const known = new Set(corpus.pages.map((p) => p.path));
   const unknown = queries.flatMap((q) => q.relevant.filter((r) => !known.has(r)).map((r) => `${q.id}: ${r}`));
-  if (unknown.length > 0) throw new Error(`queries.json names pages the corpus lacks (rebuild it with bench/eval/build-corpus.ts --force?):\n${unknown.join('\n')}`);
+  if (unknown.length > 0)
+    throw new Error(`queries.json names pages the corpus lacks (rebuild it with bench/eval/build-corpus.ts --force?):\n${unknown.join('\n')}`);
 
   const h = await openHarness({ label: 'eval', pgAdminUrl: opts.pgAdminUrl });
   try {
@@ -104,7 +105,10 @@ export async function benchRetrievalQuality(opts: { details?: boolean; pgAdminUr
         const firstIdx = paths.findIndex((p) => rel.has(p));
         const found = paths.filter((p) => rel.has(p)).length;
         rows.push({ kind: q.kind, rr: firstIdx < 0 ? 0 : 1 / (firstIdx + 1), recall: found / rel.size, first: firstIdx < 0 ? null : firstIdx + 1 });
-        ((details[q.id] ??= {} as Record<Mode, { rank: number | null; top: string[] }>)[mode] = { rank: firstIdx < 0 ? null : firstIdx + 1, top: paths.slice(0, 3) });
+        (details[q.id] ??= {} as Record<Mode, { rank: number | null; top: string[] }>)[mode] = {
+          rank: firstIdx < 0 ? null : firstIdx + 1,
+          top: paths.slice(0, 3),
+        };
       }
       const sorted = [...lat].sort((a, b) => a - b);
       perMode[mode] = {
@@ -146,7 +150,10 @@ export async function benchRetrievalQuality(opts: { details?: boolean; pgAdminUr
           const sc = new Map<string, number>();
           lists[q.id]!.fts.forEach((p, i) => sc.set(p, (sc.get(p) ?? 0) + 1 / (k + i + 1)));
           lists[q.id]!.vector.forEach((p, i) => sc.set(p, (sc.get(p) ?? 0) + wv / (k + i + 1)));
-          const top = [...sc.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).slice(0, K).map(([p]) => p);
+          const top = [...sc.entries()]
+            .sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))
+            .slice(0, K)
+            .map(([p]) => p);
           const rel = new Set(q.relevant);
           const i = top.findIndex((p) => rel.has(p));
           return { kind: q.kind, rr: i < 0 ? 0 : 1 / (i + 1), recall: top.filter((p) => rel.has(p)).length / rel.size, first: i < 0 ? null : i + 1 };
@@ -189,7 +196,14 @@ export async function benchRetrievalQuality(opts: { details?: boolean; pgAdminUr
     if (opts.details) {
       fs.mkdirSync(CACHE_DIR, { recursive: true });
       const file = path.join(CACHE_DIR, 'last-run.json');
-      fs.writeFileSync(file, JSON.stringify(queries.map((q) => ({ ...q, ...details[q.id] })), null, 1));
+      fs.writeFileSync(
+        file,
+        JSON.stringify(
+          queries.map((q) => ({ ...q, ...details[q.id] })),
+          null,
+          1,
+        ),
+      );
       log(`per-query details in ${file}`);
     }
 
@@ -206,7 +220,9 @@ export async function benchRetrievalQuality(opts: { details?: boolean; pgAdminUr
         needs: new Set(queries.map((q) => q.group)).size,
         by_kind: Object.fromEntries(['keyword', 'paraphrase', 'typo'].map((k) => [k, queries.filter((q) => q.kind === k).length])),
       },
-      embeddings: rt?.provider ? { provider: rt.provider.provider, model: rt.provider.model, dimensions: rt.provider.dimensions } : 'no retrieval runtime in this build',
+      embeddings: rt?.provider
+        ? { provider: rt.provider.provider, model: rt.provider.model, dimensions: rt.provider.dimensions }
+        : 'no retrieval runtime in this build',
       load: {
         method: 'createPage in-process, one durable commit per page',
         seconds: round(loadS, 2),

@@ -23,7 +23,11 @@ function parseArgs(argv: string[]): { quick: boolean; only: Set<Name> } {
   for (const a of argv) {
     if (a === '--quick') quick = true;
     else if (a.startsWith('--only=')) {
-      const wanted = a.slice('--only='.length).split(',').map((s) => s.trim()).filter(Boolean);
+      const wanted = a
+        .slice('--only='.length)
+        .split(',')
+        .map((s) => s.trim())
+        .filter(Boolean);
       for (const w of wanted) if (!(NAMES as readonly string[]).includes(w)) throw new UsageError(`unknown benchmark ${w}; choose from ${NAMES.join(', ')}`);
       only = new Set(wanted as Name[]);
     } else if (a === '--help' || a === '-h') {

@@ -87,7 +87,10 @@ export function vocabulary(): Vocabulary {
     for (const p of corpus.pages) {
       for (const m of p.content.toLowerCase().matchAll(/[a-z][a-z0-9-]{1,24}/g)) freq.set(m[0], (freq.get(m[0]) ?? 0) + 1);
     }
-    words = [...freq.entries()].filter(([w, n]) => n >= 2 && !w.endsWith('-')).sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).map(([w]) => w);
+    words = [...freq.entries()]
+      .filter(([w, n]) => n >= 2 && !w.endsWith('-'))
+      .sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))
+      .map(([w]) => w);
     source = `words of the Debian evaluation corpus (${words.length} distinct, frequency-ranked)`;
   } else {
     words = pseudoWords(30_000);
@@ -193,7 +196,13 @@ function pageId(): string {
   return `01BENCH${String(++idCounter).padStart(19, '0')}`;
 }
 
-async function bulkLoad(ctx: CoreContext, p: Principal, v: Vocabulary, pages: number, maxSeconds: number): Promise<{ seconds: number; sections: number; bytes: number }> {
+async function bulkLoad(
+  ctx: CoreContext,
+  p: Principal,
+  v: Vocabulary,
+  pages: number,
+  maxSeconds: number,
+): Promise<{ seconds: number; sections: number; bytes: number }> {
   const t0 = performance.now();
   const deadline = Date.now() + maxSeconds * 1000;
   const now = new Date().toISOString();
@@ -249,7 +258,10 @@ async function bulkLoad(ctx: CoreContext, p: Principal, v: Vocabulary, pages: nu
     }
   }
   const seconds = (performance.now() - t0) / 1000;
-  const s = await ctx.store.db.selectFrom('page_sections').select(sql<number>`count(*)`.as('n')).executeTakeFirstOrThrow();
+  const s = await ctx.store.db
+    .selectFrom('page_sections')
+    .select(sql<number>`count(*)`.as('n'))
+    .executeTakeFirstOrThrow();
   return { seconds, sections: Number(s.n), bytes };
 }
 
@@ -287,7 +299,14 @@ async function findBundle(): Promise<BundleFn | null> {
   }
 }
 
-export async function benchSearchScale(opts: { pages: number; queries: number; pgAdminUrl?: string | undefined; vectors: boolean; maxLoadSeconds?: number; dataDir?: string | undefined }): Promise<Record<string, unknown>> {
+export async function benchSearchScale(opts: {
+  pages: number;
+  queries: number;
+  pgAdminUrl?: string | undefined;
+  vectors: boolean;
+  maxLoadSeconds?: number;
+  dataDir?: string | undefined;
+}): Promise<Record<string, unknown>> {
   const v = vocabulary();
   log(`search scale: ${opts.pages} pages on ${opts.pgAdminUrl ? 'postgres' : 'sqlite'}; vocabulary: ${v.source}`);
   const h = await openHarness({ label: `scale${opts.pages}`, pgAdminUrl: opts.pgAdminUrl, keepDir: opts.dataDir });
@@ -298,7 +317,14 @@ export async function benchSearchScale(opts: { pages: number; queries: number; p
     // Keyword indexing alone: the worker must not interleave its rounds.
     if (rt?.worker && 'stop' in rt.worker) await (rt.worker as { stop(): Promise<void> }).stop();
 
-    const have = Number((await h.ctx.store.db.selectFrom('pages').select(sql<number>`count(*)`.as('n')).executeTakeFirstOrThrow()).n);
+    const have = Number(
+      (
+        await h.ctx.store.db
+          .selectFrom('pages')
+          .select(sql<number>`count(*)`.as('n'))
+          .executeTakeFirstOrThrow()
+      ).n,
+    );
     const memBeforeLoad = mem();
     if (have === opts.pages) {
       log(`reusing the ${have} pages already in ${opts.dataDir} (indexing not measured)`);
@@ -359,7 +385,9 @@ export async function benchSearchScale(opts: { pages: number; queries: number; p
     const memoryBytes = (rt as { memoryBytes?: () => Promise<{ workspaces: number; rows: number; bytes: number }> } | undefined)?.memoryBytes;
     const matrices = memoryBytes ? await memoryBytes.call(rt) : null;
     out.vector_memory = {
-      matrices: matrices ? { ...matrices, mb: round(matrices.bytes / 1048576, 1), bytes_per_section: matrices.rows ? round(matrices.bytes / matrices.rows, 1) : null } : 'not reported by this build',
+      matrices: matrices
+        ? { ...matrices, mb: round(matrices.bytes / 1048576, 1), bytes_per_section: matrices.rows ? round(matrices.bytes / matrices.rows, 1) : null }
+        : 'not reported by this build',
       first_vector_query_ms: matrixLoadMs === null ? null : round(matrixLoadMs, 1),
       process_before_bulk_load: memBeforeLoad,
       process_before_matrix_load: memBefore,

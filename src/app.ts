@@ -37,7 +37,10 @@ export interface AppOptions {
 export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise<FastifyInstance> {
   const app = Fastify({
     // Secrets in URLs (invite tokens) never reach the request log.
-    logger: opts.logger === false ? false : { level: ctx.config.logLevel, ...(typeof opts.logger === 'object' ? opts.logger : {}), serializers: { req: requestSerializer } },
+    logger:
+      opts.logger === false
+        ? false
+        : { level: ctx.config.logLevel, ...(typeof opts.logger === 'object' ? opts.logger : {}), serializers: { req: requestSerializer } },
     bodyLimit: BODY_LIMIT,
     // TRUST_PROXY: req.ip / host / protocol from the one proxy in front (see client-ip.ts).
     trustProxy: trustProxyOption(ctx.config.trustProxy),

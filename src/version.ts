@@ -6,7 +6,9 @@ export const VERSION = '0.1.0';
 export const GIT_SHA: string = (() => {
   if (process.env.GIT_SHA) return process.env.GIT_SHA;
   try {
-    return execFileSync('git', ['rev-parse', 'HEAD'], { stdio: ['ignore', 'pipe', 'ignore'], timeout: 2000 }).toString().trim();
+    return execFileSync('git', ['rev-parse', 'HEAD'], { stdio: ['ignore', 'pipe', 'ignore'], timeout: 2000 })
+      .toString()
+      .trim();
   } catch {
     return 'unknown';
   }

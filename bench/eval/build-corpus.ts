@@ -98,7 +98,8 @@ function decodeEntities(s: string): string {
 function parseXhtml(src: string): El {
   const root: El = { tag: '#root', attrs: {}, children: [] };
   const stack: El[] = [root];
-  const re = /<!--[\s\S]*?-->|<!\[CDATA\[[\s\S]*?\]\]>|<[!?][^>]*>|<\/([a-zA-Z0-9:]+)\s*>|<([a-zA-Z0-9:]+)((?:\s+[^\s=>/]+(?:\s*=\s*(?:"[^"]*"|'[^']*'))?)*)\s*(\/?)>/g;
+  const re =
+    /<!--[\s\S]*?-->|<!\[CDATA\[[\s\S]*?\]\]>|<[!?][^>]*>|<\/([a-zA-Z0-9:]+)\s*>|<([a-zA-Z0-9:]+)((?:\s+[^\s=>/]+(?:\s*=\s*(?:"[^"]*"|'[^']*'))?)*)\s*(\/?)>/g;
   let last = 0;
   for (let m = re.exec(src); m; m = re.exec(src)) {
     if (m.index > last) stack[stack.length - 1]!.children.push(decodeEntities(src.slice(last, m.index)));
@@ -241,7 +242,12 @@ class Walker {
         const bullet = n.tag === 'ol' ? `${i++}.` : '-';
         const indent = '  '.repeat(listDepth);
         const lines = text.split('\n');
-        this.emit(`${indent}${bullet} ${lines[0] ?? ''}${lines.slice(1).map((l) => `\n${indent}  ${l}`).join('')}`);
+        this.emit(
+          `${indent}${bullet} ${lines[0] ?? ''}${lines
+            .slice(1)
+            .map((l) => `\n${indent}  ${l}`)
+            .join('')}`,
+        );
       }
       return;
     }

@@ -71,7 +71,12 @@ export async function throwawayPg(adminUrl: string, label: string): Promise<{ ur
 }
 
 /** Starts the service in-process and returns a principal (an agent with read, write and search). */
-export async function openHarness(opts: { label: string; pgAdminUrl?: string | undefined; env?: Record<string, string>; keepDir?: string | undefined }): Promise<Harness> {
+export async function openHarness(opts: {
+  label: string;
+  pgAdminUrl?: string | undefined;
+  env?: Record<string, string>;
+  keepDir?: string | undefined;
+}): Promise<Harness> {
   // keepDir: a SQLite store kept between runs (loaded once, measured many times); the bench key is saved beside it.
   const dataDir = opts.keepDir ?? makeTempDir(opts.label);
   const keyFile = path.join(dataDir, 'bench-agent-key');
@@ -102,7 +107,9 @@ export async function openHarness(opts: { label: string; pgAdminUrl?: string | u
     }
     const principal = await agentPrincipal(ctx, key);
     const rt = runtimeOf(ctx);
-    log(`service up (${ctx.store.dialect}); retrieval runtime: ${rt ? `${rt.provider?.provider ?? '?'}:${rt.provider?.model ?? '?'}:${rt.provider?.dimensions ?? '?'}` : 'absent (vector/hybrid fall back to fts)'}`);
+    log(
+      `service up (${ctx.store.dialect}); retrieval runtime: ${rt ? `${rt.provider?.provider ?? '?'}:${rt.provider?.model ?? '?'}:${rt.provider?.dimensions ?? '?'}` : 'absent (vector/hybrid fall back to fts)'}`,
+    );
     return {
       server,
       ctx,

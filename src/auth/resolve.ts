@@ -92,7 +92,11 @@ async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): P
     .executeTakeFirst();
   if (!key.last_used_at || now - Date.parse(key.last_used_at) > KEY_USE_RESOLUTION_MS) {
     // At most one write per key per minute: a hot key must not put an fsync on every request.
-    await db.updateTable('agent_keys').set({ last_used_at: new Date(now).toISOString() }).where('id', '=', key.keyId).execute();
+    await db
+      .updateTable('agent_keys')
+      .set({ last_used_at: new Date(now).toISOString() })
+      .where('id', '=', key.keyId)
+      .execute();
   }
   return {
     id: key.principalId,
@@ -153,7 +157,11 @@ async function fromSession(ctx: CoreContext, token: string, c: Credentials): Pro
     }
   }
   if (now - Date.parse(s.last_seen_at) > KEY_USE_RESOLUTION_MS) {
-    await db.updateTable('sessions').set({ last_seen_at: new Date(now).toISOString() }).where('id', '=', s.id).execute();
+    await db
+      .updateTable('sessions')
+      .set({ last_seen_at: new Date(now).toISOString() })
+      .where('id', '=', s.id)
+      .execute();
   }
   let workspaceId = s.workspace_id;
   if (c.workspace) {

@@ -87,9 +87,7 @@ export async function listSessions(ctx: CoreContext, principalId: string, curren
     .orderBy('created_at', 'desc')
     .execute();
   const idleCut = Date.now() - SESSION_IDLE_MS;
-  return rows
-    .filter((r) => Date.parse(r.last_seen_at) > idleCut)
-    .map((r) => ({ ...r, pending: r.pending !== null, current: r.id === currentId }));
+  return rows.filter((r) => Date.parse(r.last_seen_at) > idleCut).map((r) => ({ ...r, pending: r.pending !== null, current: r.id === currentId }));
 }
 
 /** Ends one of the caller's own sessions; someone else's is "not found". */

@@ -57,7 +57,12 @@ export async function recordFailure(ctx: CoreContext, email: string, kind: Attem
     .executeTakeFirstOrThrow();
   const failures = Number(counted.failures);
   const block = blockFor(failures);
-  if (block > 0) await ctx.store.db.updateTable('auth_failures').set({ blocked_until_ms: now + block }).where('account', '=', account).execute();
+  if (block > 0)
+    await ctx.store.db
+      .updateTable('auth_failures')
+      .set({ blocked_until_ms: now + block })
+      .where('account', '=', account)
+      .execute();
   ctx.log?.warn({ account, kind, ip, failures, backoff_ms: blockFor(failures) }, `failed ${kind} attempt`);
 }
 

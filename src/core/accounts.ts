@@ -135,13 +135,14 @@ export interface LoginStart {
 }
 
 /** First login step: the password, then what the second factor requires. */
-export async function beginLogin(ctx: CoreContext, email: string, password: string, ip?: string): Promise<LoginStart & { pendingKind: 'totp' | 'totp_enroll' | null }> {
+export async function beginLogin(
+  ctx: CoreContext,
+  email: string,
+  password: string,
+  ip?: string,
+): Promise<LoginStart & { pendingKind: 'totp' | 'totp_enroll' | null }> {
   const principalId = await checkCredentials(ctx, email, password, ip);
-  const who = await ctx.store.db
-    .selectFrom('principals')
-    .select(['name', 'email', 'totp_enabled_at'])
-    .where('id', '=', principalId)
-    .executeTakeFirstOrThrow();
+  const who = await ctx.store.db.selectFrom('principals').select(['name', 'email', 'totp_enabled_at']).where('id', '=', principalId).executeTakeFirstOrThrow();
   const ws = await ctx.store.db
     .selectFrom('members')
     .innerJoin('workspaces', 'workspaces.id', 'members.workspace_id')

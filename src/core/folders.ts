@@ -62,7 +62,12 @@ export async function changeFolderState(
       .orderBy('path')
       .execute();
     const visible = rows.filter((r) => canReadPage(p, rowFacts(r)));
-    const folder = await trx.selectFrom('folders').select(['path', 'archived']).where('workspace_id', '=', p.workspaceId).where('path', '=', cluster).executeTakeFirst();
+    const folder = await trx
+      .selectFrom('folders')
+      .select(['path', 'archived'])
+      .where('workspace_id', '=', p.workspaceId)
+      .where('path', '=', cluster)
+      .executeTakeFirst();
     // A folder whose pages are all hidden from the caller (or that its read grants do not
     // cover) answers exactly as a folder that does not exist; only a truly empty folder the
     // caller may read in is known to exist.
@@ -70,10 +75,15 @@ export async function changeFolderState(
     const from = action === 'archive' ? 'active' : 'archived';
     const todo = visible.filter((r) => r.state === from);
     if (todo.length === 0) {
-      throw action === 'archive' ? conflict(`Folder ${cluster} holds no active page`, 'already_archived') : conflict(`Folder ${cluster} holds no archived page`, 'not_archived');
+      throw action === 'archive'
+        ? conflict(`Folder ${cluster} holds no active page`, 'already_archived')
+        : conflict(`Folder ${cluster} holds no archived page`, 'not_archived');
     }
     if (todo.length > MAX_FOLDER_PAGES) {
-      throw badRequest(`Folder ${cluster} holds ${todo.length} pages to ${action}; at most ${MAX_FOLDER_PAGES} at once (do its sub-folders one by one)`, 'cluster_too_large');
+      throw badRequest(
+        `Folder ${cluster} holds ${todo.length} pages to ${action}; at most ${MAX_FOLDER_PAGES} at once (do its sub-folders one by one)`,
+        'cluster_too_large',
+      );
     }
     const pages: FolderChangeResult['pages'] = [];
     const proposals: ProposalRecord[] = [];

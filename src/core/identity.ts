@@ -44,7 +44,10 @@ export async function describeCaller(ctx: CoreContext, p: Principal, opts: { acc
  * Whom a session belongs to, as the login answers name them (`POST /api/auth/totp/verify`, once
  * the second step is done): the account's name and email, and the session's workspace.
  */
-export async function signedInAs(ctx: CoreContext, p: Principal): Promise<{ principal: { id: string; name: string; email: string }; workspace: { id: string; slug: string; name: string } }> {
+export async function signedInAs(
+  ctx: CoreContext,
+  p: Principal,
+): Promise<{ principal: { id: string; name: string; email: string }; workspace: { id: string; slug: string; name: string } }> {
   const who = await ctx.store.db.selectFrom('principals').select(['name', 'email']).where('id', '=', p.id).executeTakeFirstOrThrow();
   const ws = await findWorkspace(ctx.store.db, p.workspaceId);
   return {

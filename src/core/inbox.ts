@@ -99,19 +99,20 @@ async function visibleFilter(db: Executor, p: Principal, rows: InboxEventsTable[
 }
 
 /** One look at the inbox: up to `limit` visible events after `after`. */
-async function scan(ctx: CoreContext, p: Principal, state: InboxStateFilter, after: number, limit: number): Promise<{ rows: InboxEventsTable[]; next_after: number }> {
+async function scan(
+  ctx: CoreContext,
+  p: Principal,
+  state: InboxStateFilter,
+  after: number,
+  limit: number,
+): Promise<{ rows: InboxEventsTable[]; next_after: number }> {
   const db = ctx.store.db;
   const out: InboxEventsTable[] = [];
   let cursor = after;
   let scanned = 0;
   for (;;) {
     const batch = Math.min(Math.max(limit, 50), SCAN_MAX - scanned);
-    let q = db
-      .selectFrom('inbox_events')
-      .selectAll()
-      .where('workspace_id', '=', p.workspaceId)
-      .where('principal_id', '=', p.id)
-      .where('seq', '>', cursor);
+    let q = db.selectFrom('inbox_events').selectAll().where('workspace_id', '=', p.workspaceId).where('principal_id', '=', p.id).where('seq', '>', cursor);
     if (state !== 'all') q = q.where('state', '=', state);
     const rows = await q.orderBy('seq').limit(batch).execute();
     const visible = await visibleFilter(db, p, rows);
@@ -180,7 +181,12 @@ export async function listInbox(ctx: CoreContext, p: Principal, opts: ListInboxO
     after = found.next_after;
     if (found.rows.length > 0 || !woken) {
       waiter?.abort();
-      if (opts.markRead) await markListedRead(ctx, p, found.rows.filter((r) => r.state === 'unread').map((r) => r.seq));
+      if (opts.markRead)
+        await markListedRead(
+          ctx,
+          p,
+          found.rows.filter((r) => r.state === 'unread').map((r) => r.seq),
+        );
       return {
         events: found.rows.map((r) => ({
           seq: r.seq,
@@ -203,7 +209,11 @@ export async function listInbox(ctx: CoreContext, p: Principal, opts: ListInboxO
  * Marks events done: every event with seq ≤ up_to, or exactly the listed seqs (give one of
  * the two). Answers how many events became done (already done ones are not counted).
  */
-export async function ackInbox(ctx: CoreContext, p: Principal, input: { up_to?: number | undefined; seqs?: readonly number[] | undefined }): Promise<{ done: number }> {
+export async function ackInbox(
+  ctx: CoreContext,
+  p: Principal,
+  input: { up_to?: number | undefined; seqs?: readonly number[] | undefined },
+): Promise<{ done: number }> {
   const hasUpTo = input.up_to !== undefined && input.up_to !== null;
   const hasSeqs = input.seqs !== undefined && input.seqs !== null;
   if (hasUpTo === hasSeqs) throw badRequest('Send exactly one of up_to or seqs');

@@ -19,8 +19,10 @@ export const INVITE_MAX_DAYS = 30;
 const newInviteId = () => `in_${ulid().toLowerCase()}`;
 
 /** An invite as owners see it in listings: never the token, only a hint. */
-export interface InviteRecord
-  extends Pick<InvitesTable, 'id' | 'role' | 'email' | 'created_by' | 'created_at' | 'expires_at' | 'revoked_at' | 'accepted_at' | 'accepted_by'> {
+export interface InviteRecord extends Pick<
+  InvitesTable,
+  'id' | 'role' | 'email' | 'created_by' | 'created_at' | 'expires_at' | 'revoked_at' | 'accepted_at' | 'accepted_by'
+> {
   hint: string;
   state: InviteState;
 }
@@ -145,12 +147,7 @@ export async function revokeInvite(ctx: CoreContext, p: Principal, ws: string | 
   enforce(decideInviteManagement(scope.actor));
   return inTransaction(ctx.store, scope.workspace.id, async (trx) => {
     await requireInviteManager(trx, scope.workspace.id, p, scope.workspace.slug);
-    const row = await trx
-      .selectFrom('invites')
-      .selectAll()
-      .where('id', '=', inviteId)
-      .where('workspace_id', '=', scope.workspace.id)
-      .executeTakeFirst();
+    const row = await trx.selectFrom('invites').selectAll().where('id', '=', inviteId).where('workspace_id', '=', scope.workspace.id).executeTakeFirst();
     if (!row) throw inviteMissing();
     enforce(decideInviteRevoke(facts(row)));
     if (row.revoked_at) return toRecord(row);
@@ -187,12 +184,7 @@ export interface AcceptedInvite {
  * lock): decides again on fresh rows, marks it used, adds the member and appends
  * `invite.accept` to the workspace's audit chain. Used by accept and by sign-up.
  */
-export async function useInvite(
-  trx: Transaction<DB>,
-  token: string,
-  who: { principalId: string; email: string },
-  now: string,
-): Promise<AcceptedInvite> {
+export async function useInvite(trx: Transaction<DB>, token: string, who: { principalId: string; email: string }, now: string): Promise<AcceptedInvite> {
   const row = await inviteByToken(trx, token);
   if (!row) throw inviteMissing();
   enforce(decideInviteUse(facts(row), who.email, new Date(now)));

@@ -38,7 +38,10 @@ async function assertScopeExists(ctx: CoreContext, trx: Executor, p: Principal, 
   const usable = (await listSpaces(ctx, p, trx)).filter((s) => hasActionWithin(p, 'propose', s.id)).map((s) => s.id);
   if (exists && usable.includes(space)) return;
   const shown = usable.slice(0, SCOPES_SHOWN);
-  const list = shown.length === 0 ? 'none: you may log in no Space' : `${shown.join(', ')}${usable.length > shown.length ? `, … (${usable.length - shown.length} more)` : ''}, or a folder inside one`;
+  const list =
+    shown.length === 0
+      ? 'none: you may log in no Space'
+      : `${shown.join(', ')}${usable.length > shown.length ? `, … (${usable.length - shown.length} more)` : ''}, or a folder inside one`;
   throw notFound(`No Space ${space} to log to; scopes you can use: ${list}`, 'unknown_scope');
 }
 

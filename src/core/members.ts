@@ -55,12 +55,7 @@ export async function memberScope(db: Executor, p: Principal, ws?: string): Prom
 
 /** A principal's role in a workspace, or null when they are not a member. */
 export async function roleIn(db: Executor, workspaceId: string, principalId: string): Promise<Role | null> {
-  const row = await db
-    .selectFrom('members')
-    .select('role')
-    .where('workspace_id', '=', workspaceId)
-    .where('principal_id', '=', principalId)
-    .executeTakeFirst();
+  const row = await db.selectFrom('members').select('role').where('workspace_id', '=', workspaceId).where('principal_id', '=', principalId).executeTakeFirst();
   return row?.role ?? null;
 }
 
@@ -109,12 +104,7 @@ export async function changeRole(ctx: CoreContext, p: Principal, ws: string | un
     const { actor, target, owners } = await loadFacts(trx, scope, memberId);
     enforce(decideRoleChange(actor, { id: target.id, role: target.role }, role, owners));
     if (target.role === role) return target; // nothing changes, nothing to audit
-    await trx
-      .updateTable('members')
-      .set({ role })
-      .where('workspace_id', '=', scope.workspace.id)
-      .where('principal_id', '=', memberId)
-      .execute();
+    await trx.updateTable('members').set({ role }).where('workspace_id', '=', scope.workspace.id).where('principal_id', '=', memberId).execute();
     await appendAudit(trx, scope.workspace.id, {
       principalId: p.id,
       action: 'member.role',

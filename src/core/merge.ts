@@ -23,9 +23,7 @@ export interface MergeConflict {
   theirs: string;
 }
 
-export type MergeResult =
-  | { kind: 'clean'; content: string }
-  | { kind: 'conflict'; reason: string; conflicts: MergeConflict[] };
+export type MergeResult = { kind: 'clean'; content: string } | { kind: 'conflict'; reason: string; conflicts: MergeConflict[] };
 
 export function mergePage(base: string, ours: string, theirs: string): MergeResult {
   if (theirs === base || ours === theirs) return { kind: 'clean', content: ours };
@@ -85,11 +83,7 @@ function showSlot(key: string, s: Slot): string {
   return s.present ? stringifyYaml({ [key]: s.value }, { lineWidth: 0 }) : '';
 }
 
-function mergeFrontmatter(
-  base: Record_,
-  ours: Record_,
-  theirs: Record_,
-): { merged: Record_; conflicts: MergeConflict[] } {
+function mergeFrontmatter(base: Record_, ours: Record_, theirs: Record_): { merged: Record_; conflicts: MergeConflict[] } {
   // Ours's order first, then keys only theirs has, in theirs's order. Keys only base has were
   // removed on both sides and stay removed.
   const order = [...Object.keys(ours), ...Object.keys(theirs).filter((k) => !has(ours, k))];
@@ -100,9 +94,12 @@ function mergeFrontmatter(
     const o = slot(ours, key);
     const t = slot(theirs, key);
     let pick: Slot;
-    if (sameSlot(o, t)) pick = o; // unchanged, or changed identically on both sides
-    else if (sameSlot(b, t)) pick = o; // only ours changed it
-    else if (sameSlot(b, o)) pick = t; // only theirs changed it
+    if (sameSlot(o, t))
+      pick = o; // unchanged, or changed identically on both sides
+    else if (sameSlot(b, t))
+      pick = o; // only ours changed it
+    else if (sameSlot(b, o))
+      pick = t; // only theirs changed it
     else {
       conflicts.push({
         where: 'frontmatter',

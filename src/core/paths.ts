@@ -12,10 +12,7 @@ function checkSegment(seg: string, what: string): void {
     throw badRequest(`${what} has a segment longer than ${PATH_LIMITS.maxSegment} characters`, 'invalid_path');
   }
   if (seg === '.' || seg === '..' || !SEGMENT.test(seg) || seg.includes('..')) {
-    throw badRequest(
-      `${what} segment "${seg}" is not allowed: use letters, digits, '-', '_' and '.', not starting with '.' and without '..'`,
-      'invalid_path',
-    );
+    throw badRequest(`${what} segment "${seg}" is not allowed: use letters, digits, '-', '_' and '.', not starting with '.' and without '..'`, 'invalid_path');
   }
 }
 

@@ -105,7 +105,12 @@ export async function loadPrincipals(db: Executor, workspaceId: string, ids: rea
   const creators = [...new Set(agents.map((a) => a.created_by).filter((c): c is string => c !== null))];
   const creatorRoles = new Map<string, Role>();
   if (creators.length > 0) {
-    const rows = await db.selectFrom('members').select(['principal_id', 'role']).where('workspace_id', '=', workspaceId).where('principal_id', 'in', creators).execute();
+    const rows = await db
+      .selectFrom('members')
+      .select(['principal_id', 'role'])
+      .where('workspace_id', '=', workspaceId)
+      .where('principal_id', 'in', creators)
+      .execute();
     for (const r of rows) creatorRoles.set(r.principal_id, r.role as Role);
   }
   for (const a of agents) {

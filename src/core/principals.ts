@@ -83,11 +83,7 @@ async function writeGrants(trx: Parameters<Parameters<typeof inTransaction>[2]>[
   }
 }
 
-export async function createAgent(
-  ctx: CoreContext,
-  p: Principal,
-  input: { name: string; grants: Grant[]; ceiling: Level },
-): Promise<AgentRecord> {
+export async function createAgent(ctx: CoreContext, p: Principal, input: { name: string; grants: Grant[]; ceiling: Level }): Promise<AgentRecord> {
   requireHuman(p, 'create agents');
   if (!atOrBelow(input.ceiling, ROLE_CEILING[p.role])) {
     throw forbidden(`Agent ceiling ${input.ceiling} is above your role's ceiling`, 'grant_exceeds_role');
@@ -140,7 +136,15 @@ export async function listPrincipals(ctx: CoreContext, p: Principal): Promise<Pr
     ),
     ...agents.map((a) =>
       full
-        ? { id: a.id, name: a.name, kind: 'agent' as const, ceiling: a.ceiling, creator: a.created_by, created_at: a.created_at, suspended_at: a.suspended_at ?? null }
+        ? {
+            id: a.id,
+            name: a.name,
+            kind: 'agent' as const,
+            ceiling: a.ceiling,
+            creator: a.created_by,
+            created_at: a.created_at,
+            suspended_at: a.suspended_at ?? null,
+          }
         : { id: a.id, name: a.name, kind: 'agent' as const },
     ),
   ];
@@ -164,7 +168,7 @@ export async function getAgent(ctx: CoreContext, p: Principal, id: string): Prom
 async function manageable(ctx: CoreContext, p: Principal, id: string) {
   const row = await loadAgentRow(ctx, p, id);
   if (!canManageAgent(p, { createdBy: row.created_by, workspaceId: row.workspace_id ?? '' })) {
-    throw forbidden('Only the agent\'s creator or a workspace owner may manage it');
+    throw forbidden("Only the agent's creator or a workspace owner may manage it");
   }
   return row;
 }
@@ -221,7 +225,10 @@ export async function mintKey(
 ): Promise<KeyRecord & { key: string }> {
   const agent = await manageable(ctx, p, id);
   if (agent.suspended_at) {
-    throw conflict(`Agent ${id} is suspended (its creator left the workspace); an owner adopts it first: POST /api/v1/principals/${id}/adopt`, 'agent_suspended');
+    throw conflict(
+      `Agent ${id} is suspended (its creator left the workspace); an owner adopts it first: POST /api/v1/principals/${id}/adopt`,
+      'agent_suspended',
+    );
   }
   if (input.ip_pin && isIP(input.ip_pin) === 0) throw badRequest('ip_pin must be an IPv4 or IPv6 address', 'invalid_request');
   const secret = newSecret('ak_');
@@ -284,7 +291,11 @@ export async function adoptAgent(ctx: CoreContext, p: Principal, id: string): Pr
   await inTransaction(ctx.store, p.workspaceId, async (trx) => {
     await trx.updateTable('principals').set({ created_by: p.id, suspended_at: null, ceiling }).where('id', '=', id).execute();
     await writeGrants(trx, id, grants);
-    await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'agent.adopt', detail: { agent: id, from: row.created_by, was_suspended: row.suspended_at ?? null, grants } });
+    await appendAudit(trx, p.workspaceId, {
+      principalId: p.id,
+      action: 'agent.adopt',
+      detail: { agent: id, from: row.created_by, was_suspended: row.suspended_at ?? null, grants },
+    });
   });
   return { ...(await getAgent(ctx, p, id)) } as AgentRecord;
 }
@@ -305,7 +316,11 @@ export async function capCreatorsAgents(trx: Executor, workspaceId: string, acto
     if (JSON.stringify(before) === JSON.stringify(after) && ceiling === a.ceiling) continue;
     await writeGrants(trx as Parameters<typeof writeGrants>[0], a.id, after);
     await trx.updateTable('principals').set({ ceiling }).where('id', '=', a.id).execute();
-    await appendAudit(trx, workspaceId, { principalId: actorId, action: 'agent.grants.capped', detail: { agent: a.id, creator: creatorId, role, before, after, ceiling } });
+    await appendAudit(trx, workspaceId, {
+      principalId: actorId,
+      action: 'agent.grants.capped',
+      detail: { agent: a.id, creator: creatorId, role, before, after, ceiling },
+    });
   }
 }
 

@@ -81,7 +81,10 @@ export async function enrollTotp(ctx: CoreContext, p: Principal, code: string | 
   return inTransaction(ctx.store, p.workspaceId, async (trx) => {
     const session = p.sessionId ? await trx.selectFrom('sessions').select('pending').where('id', '=', p.sessionId).executeTakeFirst() : undefined;
     if (session?.pending !== 'totp_enroll' && !hasStepUp(p)) {
-      throw forbidden('Enrolling a second factor from a signed-in session needs a step-up within the last 5 minutes (POST /api/auth/stepup)', 'step_up_required');
+      throw forbidden(
+        'Enrolling a second factor from a signed-in session needs a step-up within the last 5 minutes (POST /api/auth/stepup)',
+        'step_up_required',
+      );
     }
     const h = await loadHuman(trx, p.id);
     if (h.totp_enabled_at) throw conflict('TOTP is already enabled for this account', 'totp_already_enabled');

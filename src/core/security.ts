@@ -21,12 +21,7 @@ function requireStepUp(p: Principal, what: string): void {
 async function requireOwnerOf(ctx: CoreContext, p: Principal, wsRef: string) {
   if (p.kind !== 'human') throw forbidden('Only a signed-in owner may do this', 'session_required');
   const ws = await requireWorkspace(ctx.store.db, wsRef);
-  const m = await ctx.store.db
-    .selectFrom('members')
-    .select('role')
-    .where('workspace_id', '=', ws.id)
-    .where('principal_id', '=', p.id)
-    .executeTakeFirst();
+  const m = await ctx.store.db.selectFrom('members').select('role').where('workspace_id', '=', ws.id).where('principal_id', '=', p.id).executeTakeFirst();
   if (!m) throw notFound(`Workspace ${wsRef} not found`, 'workspace_not_found');
   if (m.role !== 'owner') throw forbidden('Only a workspace owner may do this');
   return ws;
@@ -101,9 +96,13 @@ export type ElevationRecord = Pick<ElevationsTable, 'id' | 'agent_id' | 'reason'
  */
 async function assertElevationTakesEffect(ctx: CoreContext, agent: { id: string; suspended_at?: string | null }): Promise<void> {
   const ineffective = (why: string) => conflict(`The elevation would change nothing: ${why}`, 'elevation_ineffective');
-  if (agent.suspended_at) throw ineffective(`agent ${agent.id} is suspended (its creator left the workspace); adopt it first (POST /api/v1/principals/${agent.id}/adopt)`);
+  if (agent.suspended_at)
+    throw ineffective(`agent ${agent.id} is suspended (its creator left the workspace); adopt it first (POST /api/v1/principals/${agent.id}/adopt)`);
   const reads = await ctx.store.db.selectFrom('grants').select('scope').where('principal_id', '=', agent.id).where('action', '=', 'read').execute();
-  if (reads.length === 0) throw ineffective(`agent ${agent.id} holds no read grant, and an elevation raises reading within the agent's read grants; give it one (PUT /api/v1/principals/${agent.id}/grants)`);
+  if (reads.length === 0)
+    throw ineffective(
+      `agent ${agent.id} holds no read grant, and an elevation raises reading within the agent's read grants; give it one (PUT /api/v1/principals/${agent.id}/grants)`,
+    );
   const keys = await ctx.store.db
     .selectFrom('agent_keys')
     .select(['id', 'ceiling', 'expires_at'])
@@ -112,16 +111,14 @@ async function assertElevationTakesEffect(ctx: CoreContext, agent: { id: string;
     .execute();
   const live = keys.filter((k) => !k.expires_at || Date.parse(k.expires_at) > Date.now());
   if (live.length > 0 && live.every((k) => k.ceiling !== null && k.ceiling !== 'secret')) {
-    throw ineffective(`every live key of agent ${agent.id} carries a ceiling below secret (${live.map((k) => `${k.id}: ${k.ceiling}`).join(', ')}); mint a key without one`);
+    throw ineffective(
+      `every live key of agent ${agent.id} carries a ceiling below secret (${live.map((k) => `${k.id}: ${k.ceiling}`).join(', ')}); mint a key without one`,
+    );
   }
 }
 
 /** Raises one agent to secret until the stated time: the only way an agent reads secret. */
-export async function elevate(
-  ctx: CoreContext,
-  p: Principal,
-  input: { agent_id: string; minutes: number; reason: string },
-): Promise<ElevationRecord> {
+export async function elevate(ctx: CoreContext, p: Principal, input: { agent_id: string; minutes: number; reason: string }): Promise<ElevationRecord> {
   await requireOwnerOf(ctx, p, p.workspaceId);
   requireStepUp(p, 'An elevation');
   if (input.minutes < 1 || input.minutes > ELEVATION_MAX_MINUTES) {
@@ -139,8 +136,15 @@ export async function elevate(
     expires_at: new Date(now.getTime() + input.minutes * 60_000).toISOString(),
   };
   await inTransaction(ctx.store, p.workspaceId, async (trx) => {
-    await trx.insertInto('elevations').values({ ...rec, workspace_id: p.workspaceId, granted_by: p.id, revoked_at: null }).execute();
-    await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'agent.elevate', detail: { agent: agent.id, until: rec.expires_at, reason: input.reason } });
+    await trx
+      .insertInto('elevations')
+      .values({ ...rec, workspace_id: p.workspaceId, granted_by: p.id, revoked_at: null })
+      .execute();
+    await appendAudit(trx, p.workspaceId, {
+      principalId: p.id,
+      action: 'agent.elevate',
+      detail: { agent: agent.id, until: rec.expires_at, reason: input.reason },
+    });
   });
   return rec;
 }

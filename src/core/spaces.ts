@@ -52,12 +52,7 @@ export async function ensureFolders(trx: Executor, workspaceId: string, folderPa
  * (made with POST /api/v1/spaces, nothing written yet) is listed to whoever may read in it.
  */
 export async function listSpaces(ctx: CoreContext, p: Principal, db: Executor = ctx.store.db): Promise<SpaceRecord[]> {
-  const rows = await db
-    .selectFrom('spaces')
-    .select(['id', 'name', 'summary', 'created_at'])
-    .where('workspace_id', '=', p.workspaceId)
-    .orderBy('id')
-    .execute();
+  const rows = await db.selectFrom('spaces').select(['id', 'name', 'summary', 'created_at']).where('workspace_id', '=', p.workspaceId).orderBy('id').execute();
   const out: SpaceRecord[] = [];
   for (const s of rows) if (hasActionWithin(p, 'read', s.id) && (await spaceVisible(db, p, s.id))) out.push(s);
   return out;
@@ -70,27 +65,34 @@ export async function listSpaces(ctx: CoreContext, p: Principal, db: Executor = 
  */
 export async function spaceVisible(db: Executor, p: Principal, spaceId: string): Promise<boolean> {
   const targets =
-    ceilingFor(p, 'read', spaceId) !== null
-      ? [spaceId]
-      : p.grants.filter((g) => g.action === 'read' && g.scope.startsWith(`${spaceId}/`)).map((g) => g.scope);
+    ceilingFor(p, 'read', spaceId) !== null ? [spaceId] : p.grants.filter((g) => g.action === 'read' && g.scope.startsWith(`${spaceId}/`)).map((g) => g.scope);
   for (const t of targets) {
     const ceiling = ceilingFor(p, 'read', t);
     if (ceiling === null) continue;
     const levels = LEVELS.filter((l) => atOrBelow(l, ceiling));
-    let q = db.selectFrom('pages').select('id').where('workspace_id', '=', p.workspaceId).where('space', '=', spaceId).where('deleted_at', 'is', null).where('sensitivity', 'in', levels);
+    let q = db
+      .selectFrom('pages')
+      .select('id')
+      .where('workspace_id', '=', p.workspaceId)
+      .where('space', '=', spaceId)
+      .where('deleted_at', 'is', null)
+      .where('sensitivity', 'in', levels);
     // Sub-folders by prefix on a segment boundary (no LIKE: `_` is a legal name character).
     if (t !== spaceId) q = q.where((eb) => eb.or([eb('cluster_path', '=', t), eb(sql<string>`substr(cluster_path, 1, ${[...t].length + 1})`, '=', `${t}/`)]));
     if (await q.limit(1).executeTakeFirst()) return true;
   }
-  const any = await db.selectFrom('pages').select('id').where('workspace_id', '=', p.workspaceId).where('space', '=', spaceId).where('deleted_at', 'is', null).limit(1).executeTakeFirst();
+  const any = await db
+    .selectFrom('pages')
+    .select('id')
+    .where('workspace_id', '=', p.workspaceId)
+    .where('space', '=', spaceId)
+    .where('deleted_at', 'is', null)
+    .limit(1)
+    .executeTakeFirst();
   return any === undefined;
 }
 
-export async function createSpace(
-  ctx: CoreContext,
-  p: Principal,
-  input: { id: string; name: string; summary?: string | undefined },
-): Promise<SpaceRecord> {
+export async function createSpace(ctx: CoreContext, p: Principal, input: { id: string; name: string; summary?: string | undefined }): Promise<SpaceRecord> {
   if (!canCreateSpace(p)) throw forbidden('Creating a Space needs the admin grant over the whole workspace');
   const id = parseSpaceId(input.id);
   const now = nowIso();
@@ -98,7 +100,10 @@ export async function createSpace(
   await inTransaction(ctx.store, p.workspaceId, async (trx) => {
     const exists = await trx.selectFrom('spaces').select('id').where('workspace_id', '=', p.workspaceId).where('id', '=', id).executeTakeFirst();
     if (exists) throw conflict(`Space ${id} already exists`, 'already_exists');
-    await trx.insertInto('spaces').values({ workspace_id: p.workspaceId, ...record }).execute();
+    await trx
+      .insertInto('spaces')
+      .values({ workspace_id: p.workspaceId, ...record })
+      .execute();
     await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'space.create', detail: { space: id } });
   });
   return record;

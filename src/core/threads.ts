@@ -139,12 +139,7 @@ async function lastSeq(db: Executor, pageId: string): Promise<number> {
 
 async function stateOf(db: Executor, p: Principal, page: PagesTable): Promise<ThreadState> {
   const t = await threadRow(db, page.id);
-  const read = await db
-    .selectFrom('thread_reads')
-    .select('last_seq')
-    .where('page_id', '=', page.id)
-    .where('principal_id', '=', p.id)
-    .executeTakeFirst();
+  const read = await db.selectFrom('thread_reads').select('last_seq').where('page_id', '=', page.id).where('principal_id', '=', p.id).executeTakeFirst();
   const lastRead = read?.last_seq ?? 0;
   const unread = await db
     .selectFrom('thread_messages')
@@ -347,7 +342,11 @@ export async function markThreadRead(ctx: CoreContext, p: Principal, ref: string
  * Lifts the loop breaker's lock and resets the hop count (editor or owner, signed in).
  * Unlocking a thread that is not locked changes nothing and answers `changed: false`.
  */
-export async function unlockThread(ctx: CoreContext, p: Principal, ref: string): Promise<ThreadState & { changed: boolean; unlocked_by: string | null; unlocked_at: string | null }> {
+export async function unlockThread(
+  ctx: CoreContext,
+  p: Principal,
+  ref: string,
+): Promise<ThreadState & { changed: boolean; unlocked_by: string | null; unlocked_at: string | null }> {
   enforce(decideUnlock(p));
   const now = new Date();
   return inTransaction(ctx.store, p.workspaceId, async (trx) => {
@@ -360,7 +359,12 @@ export async function unlockThread(ctx: CoreContext, p: Principal, ref: string):
         .set({ locked_at: null, agent_hops: 0, unlocked_by: p.id, unlocked_at: now.toISOString() })
         .where('page_id', '=', page.id)
         .execute();
-      await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'thread.unlock', pageId: page.id, detail: { locked_at: t.locked_at, agent_hops: t.agent_hops } }, now);
+      await appendAudit(
+        trx,
+        p.workspaceId,
+        { principalId: p.id, action: 'thread.unlock', pageId: page.id, detail: { locked_at: t.locked_at, agent_hops: t.agent_hops } },
+        now,
+      );
       changed = true;
     }
     const after = await threadRow(trx, page.id);

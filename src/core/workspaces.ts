@@ -86,11 +86,7 @@ export interface WorkspaceView {
 export async function listWorkspaces(ctx: CoreContext, p: Principal): Promise<WorkspaceView[]> {
   const db = ctx.store.db;
   if (p.kind === 'agent') {
-    const ws = await db
-      .selectFrom('workspaces')
-      .select(['id', 'slug', 'name', 'created_at'])
-      .where('id', '=', p.workspaceId)
-      .executeTakeFirstOrThrow();
+    const ws = await db.selectFrom('workspaces').select(['id', 'slug', 'name', 'created_at']).where('id', '=', p.workspaceId).executeTakeFirstOrThrow();
     return [{ ...ws, role: null, current: true }];
   }
   const rows = await db

@@ -138,8 +138,7 @@ export type StatusFor<C extends ErrorCode> = [SharedStatus<C>] extends [never] ?
 type NoStatus = 'unregistered code (see ERROR_CODES in src/errors/codes.ts), or codes that share no status';
 
 // Distributes over the codes; inferring from the union of functions intersects their statuses.
-type SharedStatus<C extends ErrorCode> =
-  (C extends ErrorCode ? (status: StatusOf<C>) => void : never) extends (status: infer S) => void ? S & number : never;
+type SharedStatus<C extends ErrorCode> = (C extends ErrorCode ? (status: StatusOf<C>) => void : never) extends (status: infer S) => void ? S & number : never;
 
 /** The statuses the registry allows for a code, the usual one first. */
 export function statusesOf(code: ErrorCode): readonly number[] {

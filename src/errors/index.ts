@@ -26,8 +26,7 @@ export class ServiceError<C extends ErrorCode = ErrorCode> extends Error {
 
 export const badRequest = (message: string, code: CodeWithStatus<400> = 'invalid_request', details?: Record<string, unknown>) =>
   new ServiceError(400, code, message, details);
-export const unauthorized = (message = 'Authentication required', code: CodeWithStatus<401> = 'unauthorized') =>
-  new ServiceError(401, code, message);
+export const unauthorized = (message = 'Authentication required', code: CodeWithStatus<401> = 'unauthorized') => new ServiceError(401, code, message);
 export const forbidden = (message: string, code: CodeWithStatus<403> = 'forbidden') => new ServiceError(403, code, message);
 export const notFound = (message = 'Not found', code: CodeWithStatus<404> = 'not_found') => new ServiceError(404, code, message);
 export const conflict = (message: string, code: CodeWithStatus<409> = 'conflict', details?: Record<string, unknown>) =>

@@ -1,15 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import {
-  activateSession,
-  closeSession,
-  CSRF_COOKIE,
-  listSessions,
-  openSession,
-  revokeOwnSession,
-  SESSION_COOKIE,
-} from '../auth/sessions.js';
+import { activateSession, closeSession, CSRF_COOKIE, listSessions, openSession, revokeOwnSession, SESSION_COOKIE } from '../auth/sessions.js';
 import { beginLogin, signup } from '../core/accounts.js';
 import { notFound } from '../core/errors.js';
 import { enrollTotp, stepUp, verifyLoginCode } from '../core/second-factor.js';
@@ -188,7 +180,14 @@ async function sessionRoutes(app: FastifyInstance, ctx: CoreContext): Promise<vo
         response: {
           200: z.object({
             sessions: z.array(
-              z.object({ id: z.string(), created_at: z.string(), last_seen_at: z.string(), expires_at: z.string(), pending: z.boolean(), current: z.boolean() }),
+              z.object({
+                id: z.string(),
+                created_at: z.string(),
+                last_seen_at: z.string(),
+                expires_at: z.string(),
+                pending: z.boolean(),
+                current: z.boolean(),
+              }),
             ),
           }),
           ...errors(401, 403),
@@ -220,7 +219,10 @@ async function sessionRoutes(app: FastifyInstance, ctx: CoreContext): Promise<vo
 
   r.post(
     '/logout',
-    { config: { auth: 'pending' }, schema: { tags: ['auth'], summary: 'End this session and clear its cookies', response: { 200: z.object({ ok: z.literal(true) }), ...errors(401, 403) } } },
+    {
+      config: { auth: 'pending' },
+      schema: { tags: ['auth'], summary: 'End this session and clear its cookies', response: { 200: z.object({ ok: z.literal(true) }), ...errors(401, 403) } },
+    },
     async (req, reply) => {
       await closeSession(ctx, caller(req).sessionId!);
       reply.clearCookie(SESSION_COOKIE, { path: '/' });

@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { pageTotals } from '../core/pages/read.js';
-import { pingStore } from '../store/db.js';
+import { databaseHealth } from '../core/health.js';
 import { GIT_SHA, VERSION } from '../version.js';
 
 /** Vectors trail writes: `backlog` pages wait for them; `degraded` while the provider fails (writes go on). */
@@ -80,10 +80,9 @@ export async function healthFace(face: FastifyInstance): Promise<void> {
       },
     },
     async (_req, reply) => {
-      const ok = await pingStore(ctx.store);
-      const embeddings = ok
-        ? await ctx.retrieval.status().catch(() => null)
-        : null;
+      const database = await databaseHealth(ctx);
+      const ok = database.ok;
+      const embeddings = ok ? await ctx.retrieval.status().catch(() => null) : null;
       // The provider's error text may name an upstream URL, a host or part of a key: it goes
       // to the server log (where the worker writes it), never to an anonymous caller.
       if (embeddings?.last_error) embeddings.last_error = 'the embeddings provider failed; details are in the server log';
@@ -94,7 +93,7 @@ export async function healthFace(face: FastifyInstance): Promise<void> {
         status: ok ? ('ready' as const) : ('unavailable' as const),
         version: VERSION,
         git_sha: GIT_SHA,
-        database: { ok, engine: ctx.store.dialect },
+        database,
         embeddings: embeddings ?? {
           status: 'unknown',
           provider: ctx.retrieval.provider.provider,

@@ -39,10 +39,6 @@ interface Rule {
 
 type Scope = 'ip' | 'principal';
 
-interface ScopedRule extends Rule {
-  scope: Scope;
-}
-
 const LOGIN_PATHS = new Set(['/api/auth/login', '/api/auth/totp/verify', '/api/auth/stepup', '/login', '/login/totp']);
 const SIGNUP_PATHS = new Set(['/api/v1/auth/signup', '/auth/signup', '/api/auth/signup']);
 
@@ -131,8 +127,7 @@ export function registerRateLimits(app: FastifyInstance, ctx: Pick<CoreContext, 
     return;
   }
   const rules = limitRules(limits);
-  const store =
-    opts.store ?? openRateLimitStore({ dialect: ctx.store.dialect, dataDir: ctx.config.dataDir, databaseUrl: ctx.config.databaseUrl });
+  const store = opts.store ?? openRateLimitStore({ dialect: ctx.store.dialect, dataDir: ctx.config.dataDir, databaseUrl: ctx.config.databaseUrl });
 
   let failing = false;
   async function hit(bucket: string, rule: Rule): Promise<RateLimitResult | null> {

@@ -151,14 +151,10 @@ export const TreeFolderSchema: z.ZodType<TreeFolderShape> = z.lazy(() =>
     archived: z.boolean(),
     page_count: z.number(),
     folders: z.array(TreeFolderSchema),
-    pages: z.array(
-      z.object({ id: z.string(), path: z.string(), title: z.string(), state: z.string(), sensitivity: z.string(), updated_at: z.string() }),
-    ),
+    pages: z.array(z.object({ id: z.string(), path: z.string(), title: z.string(), state: z.string(), sensitivity: z.string(), updated_at: z.string() })),
     truncated: z.boolean().optional(),
   }),
 );
 
 /** Query-string booleans: `true`/`1` and `false`/`0`. */
-export const QueryBool = z
-  .enum(['true', 'false', '1', '0'])
-  .transform((v) => v === 'true' || v === '1');
+export const QueryBool = z.enum(['true', 'false', '1', '0']).transform((v) => v === 'true' || v === '1');

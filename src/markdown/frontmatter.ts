@@ -79,8 +79,7 @@ function locate(raw: string): FrontmatterSpan | null {
 /** Deepest nesting frontmatter may have: far beyond any real page, far below what costs CPU. */
 export const MAX_FRONTMATTER_DEPTH = 32;
 
-const tooDeep = (where: string) =>
-  badRequest(`Invalid frontmatter: nested deeper than ${MAX_FRONTMATTER_DEPTH} levels${where}`, 'invalid_frontmatter');
+const tooDeep = (where: string) => badRequest(`Invalid frontmatter: nested deeper than ${MAX_FRONTMATTER_DEPTH} levels${where}`, 'invalid_frontmatter');
 
 /**
  * A cheap upper bound of the YAML's nesting, checked BEFORE the parser runs: the depth of flow
@@ -139,10 +138,7 @@ function loadYaml(span: FrontmatterSpan): Document {
     throw badRequest(`Invalid frontmatter YAML${where}: ${what}`, 'invalid_frontmatter');
   }
   if (doc.contents !== null && !isMap(doc.contents)) {
-    throw badRequest(
-      `Invalid frontmatter at line ${span.yamlLine + 1}: expected a mapping of keys to values`,
-      'invalid_frontmatter',
-    );
+    throw badRequest(`Invalid frontmatter at line ${span.yamlLine + 1}: expected a mapping of keys to values`, 'invalid_frontmatter');
   }
   return doc;
 }

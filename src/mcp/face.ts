@@ -123,7 +123,11 @@ export async function mcpFace(face: FastifyInstance): Promise<void> {
         },
       };
       const authInfo: AuthInfo = { token: '', clientId: call.principal.id, scopes: [], extra: { mcp: call } };
-      const answer = await transport.exchange(message, { accept: headerValue(req.headers.accept), protocolVersion: headerValue(req.headers['mcp-protocol-version']) }, authInfo);
+      const answer = await transport.exchange(
+        message,
+        { accept: headerValue(req.headers.accept), protocolVersion: headerValue(req.headers['mcp-protocol-version']) },
+        authInfo,
+      );
       // The exchange is over: the server goes back to the pool for the next request.
       await mcp.close();
       if (!ac.signal.aborted && idle.length < POOL) idle.push(mcp);
@@ -136,7 +140,13 @@ export async function mcpFace(face: FastifyInstance): Promise<void> {
         return reply
           .code(500)
           .type('application/json; charset=utf-8')
-          .send(JSON.stringify({ jsonrpc: '2.0', error: { code: INTERNAL_ERROR, message: 'internal_error: Something went wrong on our side; it has been logged' }, id: null }));
+          .send(
+            JSON.stringify({
+              jsonrpc: '2.0',
+              error: { code: INTERNAL_ERROR, message: 'internal_error: Something went wrong on our side; it has been logged' },
+              id: null,
+            }),
+          );
       }
       if (!raw.writableEnded) raw.end();
       return reply;
@@ -146,7 +156,10 @@ export async function mcpFace(face: FastifyInstance): Promise<void> {
   // Stateless: no server-initiated stream to GET and no session to DELETE (Streamable HTTP: 405).
   const notAllowed = async (req: FastifyRequest, reply: FastifyReply) => {
     reply.header('Allow', 'POST');
-    return sendRpcError(reply, new ServiceError(405, 'method_not_allowed', `${req.method} is not supported: this MCP server is stateless; POST JSON-RPC messages`));
+    return sendRpcError(
+      reply,
+      new ServiceError(405, 'method_not_allowed', `${req.method} is not supported: this MCP server is stateless; POST JSON-RPC messages`),
+    );
   };
 
   for (const url of MCP_PATHS) {

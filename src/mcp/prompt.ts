@@ -4,7 +4,6 @@ import { z } from 'zod';
 import type { CoreContext } from '../core/context.js';
 import { badRequest } from '../core/errors.js';
 import type { McpCallContext } from './server.js';
-import type { Principal } from '../policy/principal.js';
 import { buildBundle } from '../retrieval/bundle.js';
 import { BUNDLE_DEFAULT_TOKENS, BUNDLE_MAX_TOKENS, BUNDLE_MIN_TOKENS } from '../retrieval/bundle-input.js';
 import { SCOPE_MAX_CHARS } from '../retrieval/search-input.js';

@@ -87,9 +87,7 @@ export function buildShared(): McpShared {
 
 /** `args.x: message; …` from a zod error, for `invalid_request: …`. */
 function argumentError(err: z.ZodError): string {
-  return err.issues
-    .map((i) => `${i.path.length > 0 ? i.path.join('.') : 'arguments'}: ${i.message}`)
-    .join('; ');
+  return err.issues.map((i) => `${i.path.length > 0 ? i.path.join('.') : 'arguments'}: ${i.message}`).join('; ');
 }
 
 async function callTool(ctx: CoreContext, shared: McpShared, log: FastifyBaseLogger, name: string, args: unknown, extra: Extra): Promise<CallToolResult> {
@@ -102,7 +100,16 @@ async function callTool(ctx: CoreContext, shared: McpShared, log: FastifyBaseLog
     const parsed = tool.schema.safeParse(args ?? {});
     if (!parsed.success) throw badRequest(`Invalid arguments for ${name}: ${argumentError(parsed.error)}`);
     enforce(decideToolGrant(p, tool.grants));
-    return toolResult(await tool.run(parsed.data, { ctx, p, spendBundle, get signal() { return anySignal(signal, extra.signal); } }));
+    return toolResult(
+      await tool.run(parsed.data, {
+        ctx,
+        p,
+        spendBundle,
+        get signal() {
+          return anySignal(signal, extra.signal);
+        },
+      }),
+    );
   } catch (e) {
     const { error, unexpected } = asServiceError(e);
     if (unexpected) log.error({ err: e, tool: name }, 'MCP tool failed');

@@ -120,7 +120,9 @@ export const TOOLS: ToolDef[] = [
     grants: ['search'],
     readOnly: true,
     run: async (a, { ctx, p }) =>
-      searchToolView(await searchPages(ctx, p, { q: a.query, ...splitScope(a.scope), tags: a.tags, mode: 'hybrid', limit: a.limit, includeArchived: a.include_archived })),
+      searchToolView(
+        await searchPages(ctx, p, { q: a.query, ...splitScope(a.scope), tags: a.tags, mode: 'hybrid', limit: a.limit, includeArchived: a.include_archived }),
+      ),
   },
   {
     name: 'context_get',
@@ -181,13 +183,19 @@ export const TOOLS: ToolDef[] = [
       const pr =
         a.patch !== undefined
           ? await createPatchProposal(ctx, p, { ref, patch: a.patch, reason: a.reason, baseSha: a.base_sha })
-          : await createProposal(ctx, p, { ...(a.id !== undefined ? { node_id: a.id } : { path: a.path }), content: a.content, reason: a.reason, base_sha: a.base_sha });
+          : await createProposal(ctx, p, {
+              ...(a.id !== undefined ? { node_id: a.id } : { path: a.path }),
+              content: a.content,
+              reason: a.reason,
+              base_sha: a.base_sha,
+            });
       return proposalToolView(pr);
     },
   },
   {
     name: 'context_write',
-    description: 'Commit full markdown (frontmatter included) to a path, creating or replacing the page. Pass base_sha (content_hash or commit_sha you read): concurrent edits then merge, or become a proposal.',
+    description:
+      'Commit full markdown (frontmatter included) to a path, creating or replacing the page. Pass base_sha (content_hash or commit_sha you read): concurrent edits then merge, or become a proposal.',
     schema: z.strictObject({
       path: z.string().min(1).max(PATH_MAX_CHARS),
       content: z.string().min(1),
@@ -229,7 +237,11 @@ export const TOOLS: ToolDef[] = [
   {
     name: 'context_restore',
     description: 'Return an archived page (id) or every archived page of a folder (cluster_path) to active.',
-    schema: z.strictObject({ id: PageRef.optional(), node_id: PageRef.optional().describe('Alias of id'), cluster_path: z.string().min(1).max(PATH_MAX_CHARS).optional() }),
+    schema: z.strictObject({
+      id: PageRef.optional(),
+      node_id: PageRef.optional().describe('Alias of id'),
+      cluster_path: z.string().min(1).max(PATH_MAX_CHARS).optional(),
+    }),
     grants: ['write'],
     readOnly: false,
     run: async (a, { ctx, p }) => {

@@ -67,9 +67,7 @@ function creatorCap(p: Principal): Role | null {
 
 /** The grants an agent keeps when its creator's role becomes `role`: actions the role lacks go, ceilings fall to the role's. */
 export function capGrantsToRole(grants: readonly Grant[], role: Role): Grant[] {
-  return grants
-    .filter((g) => ROLE_ACTIONS[role].includes(g.action))
-    .map((g) => ({ ...g, ceiling: minLevel(g.ceiling, ROLE_CEILING[role]) }));
+  return grants.filter((g) => ROLE_ACTIONS[role].includes(g.action)).map((g) => ({ ...g, ceiling: minLevel(g.ceiling, ROLE_CEILING[role]) }));
 }
 
 /** True when the caller may perform the action somewhere inside the target (used for listings). */

@@ -19,8 +19,7 @@ const allow: MemberDecision = { kind: 'allow' };
 const deny = (error: ServiceError): MemberDecision => ({ kind: 'deny', error });
 
 const ownerOnly = (what: string) => deny(forbidden(`Only a workspace owner may ${what}`));
-const lastOwner = (what: string) =>
-  deny(conflict(`The last owner cannot ${what}; make another member owner first`, 'last_owner'));
+const lastOwner = (what: string) => deny(conflict(`The last owner cannot ${what}; make another member owner first`, 'last_owner'));
 
 /** Any member may list the members of a workspace they belong to. */
 export function canListMembers(actor: MemberFacts | null): boolean {

@@ -16,7 +16,15 @@ export function whoamiView(i: Identity) {
 /** `GET /api/v1/me`: humans get email, role and totp; agents their grants (spec). */
 export function meView(i: Identity) {
   if (i.kind === 'human') {
-    return { id: i.id, kind: i.kind, name: i.name, email: i.account?.email ?? '', role: i.role ?? 'viewer', totp: i.account?.totp ?? false, workspace: i.workspace };
+    return {
+      id: i.id,
+      kind: i.kind,
+      name: i.name,
+      email: i.account?.email ?? '',
+      role: i.role ?? 'viewer',
+      totp: i.account?.totp ?? false,
+      workspace: i.workspace,
+    };
   }
   return { id: i.id, kind: i.kind, name: i.name, grants: i.grants, ceiling: i.ceiling, workspace: i.workspace };
 }

@@ -23,7 +23,16 @@ export function pageToolView(r: PageRecord): Omit<PageRecord, 'body'> {
 /** `context_write`: where the page is now and what the write did. */
 export function writeToolView(r: UpsertResult) {
   const rec = r.record;
-  return { id: rec.id, path: rec.path, created: r.created, changed: r.changed, merged: r.merged, commit_sha: rec.commit_sha, content_hash: rec.content_hash, state: rec.state };
+  return {
+    id: rec.id,
+    path: rec.path,
+    created: r.created,
+    changed: r.changed,
+    merged: r.merged,
+    commit_sha: rec.commit_sha,
+    content_hash: rec.content_hash,
+    state: rec.state,
+  };
 }
 
 /** `context_archive` / `context_restore` of one page: its new state and the commit. */

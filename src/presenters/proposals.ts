@@ -13,5 +13,7 @@ export function proposedView(proposal: ProposalRecord | undefined) {
 
 /** `context_propose`: the proposal's id, state and what it is based on. */
 export function proposalToolView(pr: ProposalRecord) {
-  return { proposal: { id: pr.id, status: pr.status, kind: pr.kind, path: pr.path, node_id: pr.node_id, base_hash: pr.base_hash, base_commit: pr.base_commit } };
+  return {
+    proposal: { id: pr.id, status: pr.status, kind: pr.kind, path: pr.path, node_id: pr.node_id, base_hash: pr.base_hash, base_commit: pr.base_commit },
+  };
 }

@@ -191,7 +191,11 @@ async function linkedSections(ctx: RetrievalContext, p: Principal, scope: Scope,
     .innerJoin('pages as src', 'src.id', 'page_links.source_id')
     .select(['page_links.source_id', 'page_links.target_id', 'page_links.block_level', 'src.path as source_path'])
     .where('page_links.workspace_id', '=', p.workspaceId)
-    .where('page_links.source_id', 'in', sources.map(([id]) => id))
+    .where(
+      'page_links.source_id',
+      'in',
+      sources.map(([id]) => id),
+    )
     .where('page_links.target_id', 'is not', null)
     .orderBy('page_links.source_id')
     .orderBy('page_links.ord')
@@ -210,8 +214,27 @@ async function linkedSections(ctx: RetrievalContext, p: Principal, scope: Scope,
   const rows = await db
     .selectFrom('page_sections as s')
     .innerJoin('pages as p', 'p.id', 's.page_id')
-    .select(['s.page_id', 's.ord', 's.heading', 's.text', 's.block_level', 'p.path', 'p.title', 'p.space', 'p.cluster_path', 'p.tags', 'p.state', 'p.sensitivity', 'p.commit_sha', 'p.updated_at'])
-    .where('s.page_id', 'in', targets.map((t) => t.id))
+    .select([
+      's.page_id',
+      's.ord',
+      's.heading',
+      's.text',
+      's.block_level',
+      'p.path',
+      'p.title',
+      'p.space',
+      'p.cluster_path',
+      'p.tags',
+      'p.state',
+      'p.sensitivity',
+      'p.commit_sha',
+      'p.updated_at',
+    ])
+    .where(
+      's.page_id',
+      'in',
+      targets.map((t) => t.id),
+    )
     .where('p.deleted_at', 'is', null)
     .orderBy('s.page_id')
     .orderBy('s.ord')

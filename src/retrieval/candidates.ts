@@ -192,7 +192,9 @@ export async function keywordCandidates(ctx: RetrievalContext, p: Principal, sco
     // The newest-N and unscored cuts count only sections the caller may reach: pages outside an
     // agent's grants must not take the places of its own.
     const reach = reachSql(p, scope.action);
-    const reachable = reach ? sql`and exists (select 1 from page_sections s cross join pages p where s.id = ${fts}.rowid and p.id = s.page_id and ${reach})` : sql``;
+    const reachable = reach
+      ? sql`and exists (select 1 from page_sections s cross join pages p where s.id = ${fts}.rowid and p.id = s.page_id and ${reach})`
+      : sql``;
     // First the best matches from the index alone (prefilter), then the joins and filters on
     // those: a common word matches tens of thousands of sections, and joining them all before
     // the sort was most of a slow query. When the filters leave too few, the full query runs.

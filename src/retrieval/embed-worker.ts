@@ -79,7 +79,10 @@ export class EmbedWorker {
 
   /** Pages waiting for vectors (the backlog). */
   async backlog(): Promise<number> {
-    const r = await this.store.db.selectFrom('embed_jobs').select(sql<number>`count(*)`.as('n')).executeTakeFirstOrThrow();
+    const r = await this.store.db
+      .selectFrom('embed_jobs')
+      .select(sql<number>`count(*)`.as('n'))
+      .executeTakeFirstOrThrow();
     return Number(r.n);
   }
 
@@ -136,9 +139,7 @@ export class EmbedWorker {
     if (jobs.length === 0) return 0;
 
     const ids = jobs.map((j) => j.page_id);
-    const pages = new Map(
-      (await db.selectFrom('pages').select(['id', 'content_hash', 'deleted_at']).where('id', 'in', ids).execute()).map((p) => [p.id, p]),
-    );
+    const pages = new Map((await db.selectFrom('pages').select(['id', 'content_hash', 'deleted_at']).where('id', 'in', ids).execute()).map((p) => [p.id, p]));
     const sections = await db
       .selectFrom('page_sections')
       .select(['page_id', 'ord', 'title', 'heading', 'text', 'block_level'])
@@ -189,8 +190,20 @@ export class EmbedWorker {
         if (live) {
           const rows = wanted
             .filter((w) => w.page_id === job.page_id)
-            .map((w) => ({ page_id: w.page_id, ord: w.ord, last_ord: w.last, workspace_id: job.workspace_id, model: this.key, text_hash: w.hash, vec: fresh.get(w.hash) ?? reuse.get(w.hash)! }));
-          for (let i = 0; i < rows.length; i += 100) await trx.insertInto('section_vectors').values(rows.slice(i, i + 100)).execute();
+            .map((w) => ({
+              page_id: w.page_id,
+              ord: w.ord,
+              last_ord: w.last,
+              workspace_id: job.workspace_id,
+              model: this.key,
+              text_hash: w.hash,
+              vec: fresh.get(w.hash) ?? reuse.get(w.hash)!,
+            }));
+          for (let i = 0; i < rows.length; i += 100)
+            await trx
+              .insertInto('section_vectors')
+              .values(rows.slice(i, i + 100))
+              .execute();
         }
         await trx.deleteFrom('embed_jobs').where('page_id', '=', job.page_id).where('content_hash', '=', job.content_hash).execute();
         await trx.insertInto('vector_log').values({ workspace_id: job.workspace_id, page_id: job.page_id, at }).execute();

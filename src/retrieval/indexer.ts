@@ -15,7 +15,11 @@ const BATCH = 200;
 
 /** Inserts a page's index rows into `table`, BATCH at a time (engines bound a statement's parameters). */
 async function insertBatched<T extends 'page_sections' | 'page_links' | 'page_tags'>(db: Exec, table: T, rows: Insertable<DB[T]>[]): Promise<void> {
-  for (let i = 0; i < rows.length; i += BATCH) await db.insertInto(table).values(rows.slice(i, i + BATCH)).execute();
+  for (let i = 0; i < rows.length; i += BATCH)
+    await db
+      .insertInto(table)
+      .values(rows.slice(i, i + BATCH))
+      .execute();
 }
 
 /**
@@ -37,13 +41,23 @@ export async function indexPage(db: Exec, row: PagesTable): Promise<void> {
   // Vectors follow through the embedding worker (retrieval/embed-worker.ts): queue the page.
   await db
     .insertInto('embed_jobs')
-    .values({ page_id: row.id, workspace_id: ws, content_hash: row.deleted_at === null ? row.content_hash : 'deleted', queued_at: row.updated_at, attempts: 0, not_before: null, last_error: null })
-    .onConflict((oc) => oc.column('page_id').doUpdateSet((eb) => ({
-      content_hash: eb.ref('excluded.content_hash'),
-      queued_at: eb.ref('excluded.queued_at'),
+    .values({
+      page_id: row.id,
+      workspace_id: ws,
+      content_hash: row.deleted_at === null ? row.content_hash : 'deleted',
+      queued_at: row.updated_at,
       attempts: 0,
       not_before: null,
-    })))
+      last_error: null,
+    })
+    .onConflict((oc) =>
+      oc.column('page_id').doUpdateSet((eb) => ({
+        content_hash: eb.ref('excluded.content_hash'),
+        queued_at: eb.ref('excluded.queued_at'),
+        attempts: 0,
+        not_before: null,
+      })),
+    )
     .execute();
   afterCommitIfAny(db, wakeEmbedWorkers);
   if (row.deleted_at !== null) {
@@ -72,11 +86,18 @@ export async function indexPage(db: Exec, row: PagesTable): Promise<void> {
 
   const tags = JSON.parse(row.tags) as string[];
   if (tags.length > 0) {
-    await insertBatched(db, 'page_tags', [...new Set(tags)].map((tag) => ({ workspace_id: ws, page_id: row.id, tag })));
+    await insertBatched(
+      db,
+      'page_tags',
+      [...new Set(tags)].map((tag) => ({ workspace_id: ws, page_id: row.id, tag })),
+    );
   }
 
   const keys = pageKeys(row.path, row.title);
-  await db.insertInto('page_keys').values(keys.map((key) => ({ workspace_id: ws, key, page_id: row.id }))).execute();
+  await db
+    .insertInto('page_keys')
+    .values(keys.map((key) => ({ workspace_id: ws, key, page_id: row.id })))
+    .execute();
 
   const links = linkLevels(body, JSON.parse(row.links) as { target: string; kind: 'wiki' | 'markdown'; text: string }[]);
   if (links.length > 0) {

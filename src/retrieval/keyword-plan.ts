@@ -129,7 +129,11 @@ async function tableCounts(store: Store, terms: string[], workspaceId: string, c
   }
   if (missing.length > 0) {
     const rows = (await hasKeywordIndex(store, workspaceId))
-      ? (await sql<{ term: string; doc: number }>`select term, doc from ${vocabTable(workspaceId, ceiling)} where term in (${sql.join(missing)})`.execute(store.db)).rows
+      ? (
+          await sql<{ term: string; doc: number }>`select term, doc from ${vocabTable(workspaceId, ceiling)} where term in (${sql.join(missing)})`.execute(
+            store.db,
+          )
+        ).rows
       : [];
     if (cache.size >= COUNT_CACHE_MAX) {
       for (const [k, c] of cache) if (now - c.at > COUNT_TTL_MS) cache.delete(k);

@@ -20,12 +20,7 @@ export function isPageId(ref: string): boolean {
  * another workspace, above the caller's ceiling, or (unless asked) deleted is 404: the
  * caller cannot tell those apart.
  */
-export async function findReadablePage(
-  db: Executor,
-  p: Principal,
-  ref: string,
-  opts: { includeDeleted?: boolean } = {},
-): Promise<PagesTable> {
+export async function findReadablePage(db: Executor, p: Principal, ref: string, opts: { includeDeleted?: boolean } = {}): Promise<PagesTable> {
   let q = db.selectFrom('pages').selectAll().where('workspace_id', '=', p.workspaceId);
   if (isPageId(ref)) {
     q = q.where('id', '=', ref);

@@ -214,7 +214,10 @@ export class ReindexJob {
       this.failures++;
       const ms = Math.min(MAX_BACKOFF_MS, 1000 * 2 ** Math.min(this.failures - 1, 10));
       const message = err instanceof Error ? err.message : String(err);
-      this.log.error({ err, job: REINDEX_JOB, failures: this.failures, retry_in_ms: ms }, `reindex: a batch failed (retried in ${Math.round(ms / 1000)} s): ${message}`);
+      this.log.error(
+        { err, job: REINDEX_JOB, failures: this.failures, retry_in_ms: ms },
+        `reindex: a batch failed (retried in ${Math.round(ms / 1000)} s): ${message}`,
+      );
       await this.jobs
         .updateTable('maintenance_jobs')
         .set({ last_error: message.slice(0, 500) })
@@ -300,7 +303,11 @@ export class ReindexJob {
       const rows = await trx
         .selectFrom('pages')
         .selectAll()
-        .where('id', 'in', next.map((p) => p.id))
+        .where(
+          'id',
+          'in',
+          next.map((p) => p.id),
+        )
         .where('deleted_at', 'is', null)
         .orderBy('id')
         .execute();

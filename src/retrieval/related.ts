@@ -79,7 +79,12 @@ async function backlinksOf(ctx: RetrievalContext, p: Principal, page: PagesTable
     .where((eb) => eb.or([eb('page_links.target_id', '=', page.id), eb.and([eb('page_links.target_id', 'is', null), eb('page_links.target_key', 'in', keys)])]))
     .orderBy('pages.path')
     .execute();
-  return entries(rows, (r) => readable(p, r) && linkVisible(p, r.path, r.link_level), (r) => `links here with ${quoteLink(r)}`, limit);
+  return entries(
+    rows,
+    (r) => readable(p, r) && linkVisible(p, r.path, r.link_level),
+    (r) => `links here with ${quoteLink(r)}`,
+    limit,
+  );
 }
 
 /** GET /api/v1/nodes/:id/backlinks: pages linking to this one that the caller may read. */
@@ -118,7 +123,12 @@ export async function relatedPages(ctx: RetrievalContext, p: Principal, ref: str
     .orderBy('id')
     .limit(RELATED_LIMIT * 5)
     .execute();
-  const neighbours = entries(neighbourRows, (r) => readable(p, r), () => `in the same folder ${page.cluster_path}`, RELATED_LIMIT);
+  const neighbours = entries(
+    neighbourRows,
+    (r) => readable(p, r),
+    () => `in the same folder ${page.cluster_path}`,
+    RELATED_LIMIT,
+  );
 
   const tags = JSON.parse(page.tags) as string[];
   const shared_tags: RelatedEntry[] = [];

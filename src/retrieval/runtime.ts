@@ -138,7 +138,10 @@ export class RetrievalRuntime {
 
   private async load(workspaceId: string): Promise<Loaded> {
     const db = this.store.db;
-    const top = await db.selectFrom('vector_log').select(sql<number | null>`max(seq)`.as('seq')).executeTakeFirstOrThrow();
+    const top = await db
+      .selectFrom('vector_log')
+      .select(sql<number | null>`max(seq)`.as('seq'))
+      .executeTakeFirstOrThrow();
     const state: Loaded = { matrix: null, seq: Number(top.seq ?? 0), refreshedAt: Date.now() };
     const count = await db
       .selectFrom('section_vectors')

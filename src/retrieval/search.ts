@@ -124,7 +124,14 @@ export async function vectorList(ctx: RetrievalContext, p: Principal, scope: Sco
  * The hybrid ranking of two lists of the same items (pages for search, sections for the
  * bundle, told apart by `key`): fused, then boosted by title and freshness. Best first.
  */
-export async function rankHybrid(ctx: RetrievalContext, p: Principal, kw: KeywordList, vec: Candidate[], key: (c: Candidate) => string, terms: string[]): Promise<Fused<Candidate>[]> {
+export async function rankHybrid(
+  ctx: RetrievalContext,
+  p: Principal,
+  kw: KeywordList,
+  vec: Candidate[],
+  key: (c: Candidate) => string,
+  terms: string[],
+): Promise<Fused<Candidate>[]> {
   const fused = fuse(kw, vec, key, vec[0]?.score ?? 0, kw.weak === true, kw.anyWord === true);
   return boostAndSort(fused, terms, await halfLives(ctx, p.workspaceId));
 }
@@ -170,7 +177,8 @@ export async function searchPages(ctx: RetrievalContext, p: Principal, opts: Sea
     if (list === null) {
       out.mode_used = 'fts';
       out.note = `embeddings are unavailable (${ctx.retrieval.provider.provider}); ranked by keyword (fts)`;
-      if (opts.mode === 'vector') return searchPages(ctx, p, { ...opts, mode: 'fts' }).then((r) => ({ ...r, mode: 'vector', mode_used: 'fts', note: out.note! }));
+      if (opts.mode === 'vector')
+        return searchPages(ctx, p, { ...opts, mode: 'fts' }).then((r) => ({ ...r, mode: 'vector', mode_used: 'fts', note: out.note! }));
     } else vec = byPage(list);
   }
 

@@ -102,9 +102,7 @@ class SqliteRateLimits implements RateLimitStore {
   async hit(bucket: string, spec: BucketSpec): Promise<RateLimitResult> {
     checkSpec(spec);
     const now = Date.now();
-    const row = this.hitStmt.get({ bucket, capacity: spec.capacity, rate: spec.refillPerSecond, now, eps: EPS }) as
-      | { tokens: number }
-      | undefined;
+    const row = this.hitStmt.get({ bucket, capacity: spec.capacity, rate: spec.refillPerSecond, now, eps: EPS }) as { tokens: number } | undefined;
     if (row) return allowed(row.tokens);
     const cur = this.readStmt.get(bucket) as { tokens: number; updated_ms: number } | undefined;
     return cur ? refused(cur.tokens, cur.updated_ms, now, spec) : { allowed: false, retryAfterSeconds: 1, remaining: 0 };

@@ -188,7 +188,6 @@ export interface AuditLogTable {
   hash: string;
 }
 
-
 export interface InvitesTable {
   id: string;
   workspace_id: string;

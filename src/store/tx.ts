@@ -9,11 +9,7 @@ const hooksOf = new WeakMap<object, Array<() => void>>();
  * are serialised (PostgreSQL row lock; SQLite has a single writer already), so the
  * commit chain, the audit hash chain and inbox sequences never fork.
  */
-export async function inTransaction<T>(
-  store: Store,
-  workspaceId: string | null,
-  fn: (trx: Transaction<DB>) => Promise<T>,
-): Promise<T> {
+export async function inTransaction<T>(store: Store, workspaceId: string | null, fn: (trx: Transaction<DB>) => Promise<T>): Promise<T> {
   const hooks: Array<() => void> = [];
   const result = await store.db.transaction().execute(async (trx) => {
     hooksOf.set(trx, hooks);

@@ -158,7 +158,11 @@ function credentials(req: FastifyRequest, o: { csrf?: string | undefined; unsafe
 
 type SessionOutcome = { ok: true; p: Principal } | { ok: false; error: ServiceError };
 
-async function resolveSession(ctx: CoreContext, req: FastifyRequest, o: { csrf?: string | undefined; unsafe: boolean; allowPending?: boolean }): Promise<SessionOutcome> {
+async function resolveSession(
+  ctx: CoreContext,
+  req: FastifyRequest,
+  o: { csrf?: string | undefined; unsafe: boolean; allowPending?: boolean },
+): Promise<SessionOutcome> {
   if (!req.cookies[SESSION_COOKIE]) return { ok: false, error: unauthorized() };
   try {
     return { ok: true, p: await authenticate(ctx, credentials(req, o)) };
@@ -223,7 +227,10 @@ export async function pageRoutes(web: FastifyInstance, ctx: CoreContext): Promis
 
   /** After the last login step: the full-lifetime cookies are set; go to `next` or the signed-in page. */
   function finish(reply: FastifyReply, next: string | undefined) {
-    return reply.code(303).header('location', next ?? '/login').send();
+    return reply
+      .code(303)
+      .header('location', next ?? '/login')
+      .send();
   }
 
   web.get('/login', opts, async (req, reply) => {
@@ -272,7 +279,12 @@ export async function pageRoutes(web: FastifyInstance, ctx: CoreContext): Promis
     const next = safeNext(field(req.body, 'next'));
     const form = CodeForm.safeParse(req.body);
     if (!form.success) {
-      return sendPage(reply, 400, 'Incomplete form', messageBody('Incomplete form', 'Enter the 6-digit code and try again.', [{ href: withNext('/login', next), text: 'Start over' }]));
+      return sendPage(
+        reply,
+        400,
+        'Incomplete form',
+        messageBody('Incomplete form', 'Enter the 6-digit code and try again.', [{ href: withNext('/login', next), text: 'Start over' }]),
+      );
     }
     const { csrf } = form.data;
     const code = form.data.code.replace(/\s+/g, '');
@@ -309,8 +321,16 @@ export async function pageRoutes(web: FastifyInstance, ctx: CoreContext): Promis
   /* ------------------------------------------------------------ invites */
 
   const INVITE_DEAD: Record<string, { status: number; title: string; message: string }> = {
-    invite_not_found: { status: 404, title: 'Invite not found', message: 'This invite link is not valid. Check that you copied the whole link, or ask for a new invite.' },
-    accepted: { status: 409, title: 'Invite already used', message: 'This invite has already been used. Ask the workspace owner for a new one if you still need access.' },
+    invite_not_found: {
+      status: 404,
+      title: 'Invite not found',
+      message: 'This invite link is not valid. Check that you copied the whole link, or ask for a new invite.',
+    },
+    accepted: {
+      status: 409,
+      title: 'Invite already used',
+      message: 'This invite has already been used. Ask the workspace owner for a new one if you still need access.',
+    },
     revoked: { status: 410, title: 'Invite withdrawn', message: 'This invite was withdrawn by the workspace owner.' },
     expired: { status: 410, title: 'Invite expired', message: 'This invite has expired. Ask the workspace owner for a new one.' },
   };
@@ -429,11 +449,23 @@ ${hidden('csrf', csrf)}${hidden('action', 'signup')}
     }
 
     const form = AcceptForm.safeParse(req.body);
-    if (!form.success) return sendPage(reply, 400, 'Incomplete form', messageBody('Incomplete form', 'The form was incomplete. Open the invite again and use its button.', [{ href: here, text: 'Back to the invite' }]));
+    if (!form.success)
+      return sendPage(
+        reply,
+        400,
+        'Incomplete form',
+        messageBody('Incomplete form', 'The form was incomplete. Open the invite again and use its button.', [{ href: here, text: 'Back to the invite' }]),
+      );
     const who = await resolveSession(ctx, req, { csrf: form.data.csrf, unsafe: true });
     if (!who.ok) {
-      if (who.error.code === 'csrf_failed') return sendPage(reply, 403, 'Form expired', messageBody('Form expired', CSRF_MESSAGE, [{ href: here, text: 'Back to the invite' }]));
-      return sendPage(reply, 401, 'Sign in first', messageBody('Sign in first', 'Sign in to accept this invite.', [{ href: withNext('/login', here), text: 'Sign in' }]));
+      if (who.error.code === 'csrf_failed')
+        return sendPage(reply, 403, 'Form expired', messageBody('Form expired', CSRF_MESSAGE, [{ href: here, text: 'Back to the invite' }]));
+      return sendPage(
+        reply,
+        401,
+        'Sign in first',
+        messageBody('Sign in first', 'Sign in to accept this invite.', [{ href: withNext('/login', here), text: 'Sign in' }]),
+      );
     }
     try {
       const joined = await acceptInvite(ctx, who.p, token);
@@ -447,7 +479,12 @@ ${hidden('csrf', csrf)}${hidden('action', 'signup')}
           : err.code === 'invite_email_mismatch'
             ? 'This invite was sent to another email address. Sign in with that account to accept it.'
             : err.message;
-      return sendPage(reply, err.status, 'Cannot accept the invite', messageBody('Cannot accept the invite', message, [{ href: withNext('/login', here), text: 'Sign in with another account' }]));
+      return sendPage(
+        reply,
+        err.status,
+        'Cannot accept the invite',
+        messageBody('Cannot accept the invite', message, [{ href: withNext('/login', here), text: 'Sign in with another account' }]),
+      );
     }
   });
 }

@@ -18,21 +18,7 @@ function conflicts(r: MergeResult) {
   return r.conflicts;
 }
 
-const BODY = lines(
-  '# Title',
-  '',
-  'Intro paragraph.',
-  '',
-  '## Section A',
-  '',
-  'Alpha one.',
-  'Alpha two.',
-  '',
-  '## Section B',
-  '',
-  'Beta one.',
-  'Beta two.',
-);
+const BODY = lines('# Title', '', 'Intro paragraph.', '', '## Section A', '', 'Alpha one.', 'Alpha two.', '', '## Section B', '', 'Beta one.', 'Beta two.');
 
 describe('mergePage: trivial cases', () => {
   it('returns ours when theirs is the base, theirs when ours is the base, either when they agree', () => {
@@ -57,10 +43,7 @@ describe('mergePage: body', () => {
     const ours = BODY.replace('Intro paragraph.', 'Intro paragraph, edited by ours.');
     const theirs = BODY.replace('Beta two.', 'Beta two, edited by theirs.');
     expect(clean(mergePage(BODY, ours, theirs))).toBe(
-      BODY.replace('Intro paragraph.', 'Intro paragraph, edited by ours.').replace(
-        'Beta two.',
-        'Beta two, edited by theirs.',
-      ),
+      BODY.replace('Intro paragraph.', 'Intro paragraph, edited by ours.').replace('Beta two.', 'Beta two, edited by theirs.'),
     );
   });
 
@@ -78,9 +61,7 @@ describe('mergePage: body', () => {
     const ours = BODY.replace('Alpha two.', 'Alpha two (ours).');
     const theirs = BODY.replace('Alpha two.', 'Alpha two (theirs).');
     const r = mergePage(BODY, ours, theirs);
-    expect(conflicts(r)).toEqual([
-      { where: 'body', ours: 'Alpha two (ours).\n', base: 'Alpha two.\n', theirs: 'Alpha two (theirs).\n' },
-    ]);
+    expect(conflicts(r)).toEqual([{ where: 'body', ours: 'Alpha two (ours).\n', base: 'Alpha two.\n', theirs: 'Alpha two (theirs).\n' }]);
   });
 
   it('reports each conflicting hunk separately and still names them in the reason', () => {
@@ -137,9 +118,7 @@ describe('mergePage: body', () => {
   it('treats appends by both sides at the end as a conflict (diff3 behaviour)', () => {
     const ours = BODY + 'Appended by ours.\n';
     const theirs = BODY + 'Appended by theirs.\n';
-    expect(conflicts(mergePage(BODY, ours, theirs))).toEqual([
-      { where: 'body', ours: 'Appended by ours.\n', base: '', theirs: 'Appended by theirs.\n' },
-    ]);
+    expect(conflicts(mergePage(BODY, ours, theirs))).toEqual([{ where: 'body', ours: 'Appended by ours.\n', base: '', theirs: 'Appended by theirs.\n' }]);
     expect(clean(mergePage(BODY, ours, ours.replace('# Title', '# T')))).toBe(ours.replace('# Title', '# T'));
   });
 
@@ -150,18 +129,14 @@ describe('mergePage: body', () => {
     expect(conflicts(mergePage(base, lines('a', 'B', 'c', 'd', 'e'), lines('a', 'b', 'C', 'd', 'e')))).toEqual([
       { where: 'body', ours: 'B\nc\n', base: 'b\nc\n', theirs: 'b\nC\n' },
     ]);
-    expect(clean(mergePage(base, lines('a', 'B', 'c', 'd', 'e'), lines('a', 'b', 'c', 'D', 'e')))).toBe(
-      lines('a', 'B', 'c', 'D', 'e'),
-    );
+    expect(clean(mergePage(base, lines('a', 'B', 'c', 'd', 'e'), lines('a', 'b', 'c', 'D', 'e')))).toBe(lines('a', 'B', 'c', 'D', 'e'));
     // An insertion right after a line the other side changed touches it, too.
     expect(conflicts(mergePage(base, lines('a', 'B', 'c', 'd', 'e'), lines('a', 'b', 'new', 'c', 'd', 'e')))).toHaveLength(1);
   });
 
   it('merges insertions at different places, even of the same text', () => {
     const base = lines('a', 'b', 'c', 'd', 'e');
-    expect(clean(mergePage(base, lines('a', 'X', 'b', 'c', 'd', 'e'), lines('a', 'b', 'c', 'd', 'X', 'e')))).toBe(
-      lines('a', 'X', 'b', 'c', 'd', 'X', 'e'),
-    );
+    expect(clean(mergePage(base, lines('a', 'X', 'b', 'c', 'd', 'e'), lines('a', 'b', 'c', 'd', 'X', 'e')))).toBe(lines('a', 'X', 'b', 'c', 'd', 'X', 'e'));
   });
 
   it('keeps CRLF line breaks and merges CRLF content line by line', () => {
@@ -174,9 +149,7 @@ describe('mergePage: body', () => {
     expect(r.replace(/\r\n/g, '')).not.toMatch(/[\r\n]/);
     // Overlapping CRLF edits report the hunk with its CRLF breaks.
     const theirs2 = crlf('---', 'title: T', '---', 'uno', 'two', 'three', 'four', 'five');
-    expect(conflicts(mergePage(base, ours, theirs2))).toEqual([
-      { where: 'body', ours: 'ONE\r\n', base: 'one\r\n', theirs: 'uno\r\n' },
-    ]);
+    expect(conflicts(mergePage(base, ours, theirs2))).toEqual([{ where: 'body', ours: 'ONE\r\n', base: 'one\r\n', theirs: 'uno\r\n' }]);
   });
 
   it('merges CRLF content that has no final line break', () => {
@@ -206,9 +179,7 @@ describe('mergePage: body', () => {
     });
 
     it('reports a conflicting last line as each side had it', () => {
-      expect(conflicts(mergePage('a\nb\nc', 'a\nb\nX', 'a\nb\nY\n'))).toEqual([
-        { where: 'body', ours: 'X', base: 'c', theirs: 'Y\n' },
-      ]);
+      expect(conflicts(mergePage('a\nb\nc', 'a\nb\nX', 'a\nb\nY\n'))).toEqual([{ where: 'body', ours: 'X', base: 'c', theirs: 'Y\n' }]);
     });
 
     it('handles empty bodies', () => {
@@ -239,9 +210,7 @@ describe('mergePage: frontmatter', () => {
     const ours = doc(lines('title: Ours', 'status: draft', 'tags: [a, b]', 'owner: ann'));
     const theirs = doc(lines('title: Theirs', 'status: draft', 'tags: [a, b]', 'owner: ann'));
     const r = mergePage(base, ours, theirs);
-    expect(conflicts(r)).toEqual([
-      { where: 'frontmatter', key: 'title', ours: 'title: Ours\n', base: 'title: Page\n', theirs: 'title: Theirs\n' },
-    ]);
+    expect(conflicts(r)).toEqual([{ where: 'frontmatter', key: 'title', ours: 'title: Ours\n', base: 'title: Page\n', theirs: 'title: Theirs\n' }]);
     expect(r.kind === 'conflict' && r.reason).toContain("'title'");
   });
 
@@ -292,12 +261,8 @@ describe('mergePage: frontmatter', () => {
   it('conflicts when a key is removed on one side and changed on the other', () => {
     const ours = doc(lines('title: Page', 'status: draft', 'tags: [a, b]'));
     const theirs = doc(lines('title: Page', 'status: draft', 'tags: [a, b]', 'owner: bob'));
-    expect(conflicts(mergePage(base, ours, theirs))).toEqual([
-      { where: 'frontmatter', key: 'owner', ours: '', base: 'owner: ann\n', theirs: 'owner: bob\n' },
-    ]);
-    expect(conflicts(mergePage(base, theirs, ours))).toEqual([
-      { where: 'frontmatter', key: 'owner', ours: 'owner: bob\n', base: 'owner: ann\n', theirs: '' },
-    ]);
+    expect(conflicts(mergePage(base, ours, theirs))).toEqual([{ where: 'frontmatter', key: 'owner', ours: '', base: 'owner: ann\n', theirs: 'owner: bob\n' }]);
+    expect(conflicts(mergePage(base, theirs, ours))).toEqual([{ where: 'frontmatter', key: 'owner', ours: 'owner: bob\n', base: 'owner: ann\n', theirs: '' }]);
   });
 
   it('distinguishes a key set to null from a removed key', () => {
@@ -314,9 +279,7 @@ describe('mergePage: frontmatter', () => {
     expect(fmOf(r)).toMatchObject({ zeta: 1, ours_new: 'x', theirs_b: 2, theirs_a: 1 });
     // The same new key added with different values conflicts; with the same value it merges.
     const t2 = doc(lines('title: Page', 'status: draft', 'tags: [a, b]', 'owner: ann', 'ours_new: y'));
-    expect(conflicts(mergePage(base, ours, t2))).toEqual([
-      { where: 'frontmatter', key: 'ours_new', ours: 'ours_new: x\n', base: '', theirs: 'ours_new: y\n' },
-    ]);
+    expect(conflicts(mergePage(base, ours, t2))).toEqual([{ where: 'frontmatter', key: 'ours_new', ours: 'ours_new: x\n', base: '', theirs: 'ours_new: y\n' }]);
     const t3 = doc(lines('title: Page', 'status: draft', 'tags: [a, b]', 'owner: ann', 'ours_new: x', 'k: 1'));
     expect(fmOf(clean(mergePage(base, ours, t3)))).toMatchObject({ ours_new: 'x', k: 1 });
   });
@@ -381,7 +344,6 @@ describe('mergePage: frontmatter', () => {
 
 // ---------------------------------------------------------------------------------------------
 // Property: edits confined to separate halves always merge, with every edit from both sides.
-
 
 const WORDS = ['alpha', 'beta', 'gamma', 'delta', 'the', 'agent', 'page', 'vault', 'merge', 'note', '-', '*', '#'];
 

@@ -168,16 +168,14 @@ const ROWS: Row[] = [
   { method: 'GET', route: '/api/v1/openapi.json', auth: 'P', request: () => ({ path: '/api/v1/openapi.json' }), expect: {} },
 
   // --- Sign-up (three spellings) and login: public; a credential sent along is ignored.
-  ...['/api/v1/auth/signup', '/auth/signup', '/api/auth/signup'].map(
-    (route): Row => ({
-      method: 'POST',
-      route,
-      auth: 'P',
-      request: ({ w }) => ({ path: route, body: { email: `${w.uniq('su')}@example.com`, password: PASSWORD, name: 'Matrix Signup' } }),
-      expect: {},
-      publicAnswer: ok(201),
-    }),
-  ),
+  ...['/api/v1/auth/signup', '/auth/signup', '/api/auth/signup'].map((route): Row => ({
+    method: 'POST',
+    route,
+    auth: 'P',
+    request: ({ w }) => ({ path: route, body: { email: `${w.uniq('su')}@example.com`, password: PASSWORD, name: 'Matrix Signup' } }),
+    expect: {},
+    publicAnswer: ok(201),
+  })),
   {
     method: 'POST',
     route: '/api/auth/login',
@@ -306,7 +304,7 @@ const ROWS: Row[] = [
   {
     method: 'DELETE',
     route: '/api/v1/principals/:id',
-    variant: "an agent the owner created",
+    variant: 'an agent the owner created',
     auth: 'S',
     request: async ({ w }) => ({ path: `/api/v1/principals/${await w.agent()}` }),
     // Creator or owner (spec "S (creator or owner)").
@@ -327,7 +325,14 @@ const ROWS: Row[] = [
     auth: 'SK',
     request: ({ w }) => ({ path: `/api/v1/principals/${w.targetAgentId}/grants` }),
     // An agent may read its own grants, not other agents' (docs/decisions.md "Grants never exceed…").
-    expect: { ...anyHuman(ok()), foreignKey: NOT_FOUND, agentNoGrant: FORBIDDEN, agentLowCeiling: FORBIDDEN, elevatedAgent: FORBIDDEN, demotedAgent: FORBIDDEN },
+    expect: {
+      ...anyHuman(ok()),
+      foreignKey: NOT_FOUND,
+      agentNoGrant: FORBIDDEN,
+      agentLowCeiling: FORBIDDEN,
+      elevatedAgent: FORBIDDEN,
+      demotedAgent: FORBIDDEN,
+    },
   },
   {
     method: 'GET',
@@ -494,7 +499,17 @@ const ROWS: Row[] = [
     // secret one, above its write grant (an elevation raises reading only).
     // Issue 12: an agent without write but with propose gets a proposal (spec: "an agent action
     // that lacks permission"); a human viewer is refused as before.
-    expect: { foreignKey: ok(201), agentNoGrant: PROPOSED, demotedAgent: PROPOSED, agentLowCeiling: FORBIDDEN, elevatedAgent: FORBIDDEN, viewer: FORBIDDEN, editor: ok(201), owner: ok(201), ownerStepUp: ok(201) },
+    expect: {
+      foreignKey: ok(201),
+      agentNoGrant: PROPOSED,
+      demotedAgent: PROPOSED,
+      agentLowCeiling: FORBIDDEN,
+      elevatedAgent: FORBIDDEN,
+      viewer: FORBIDDEN,
+      editor: ok(201),
+      owner: ok(201),
+      ownerStepUp: ok(201),
+    },
   },
   {
     method: 'POST',
@@ -507,7 +522,17 @@ const ROWS: Row[] = [
       headers: { 'x-service-workspace': w.ws.id },
       body: { path: `scratch/new/${w.uniq('n')}.md`, content: '# New\n' },
     }),
-    expect: { foreignKey: WS_NOT_FOUND, agentNoGrant: PROPOSED, demotedAgent: PROPOSED, agentLowCeiling: ok(201), elevatedAgent: ok(201), viewer: FORBIDDEN, editor: ok(201), owner: ok(201), ownerStepUp: ok(201) },
+    expect: {
+      foreignKey: WS_NOT_FOUND,
+      agentNoGrant: PROPOSED,
+      demotedAgent: PROPOSED,
+      agentLowCeiling: ok(201),
+      elevatedAgent: ok(201),
+      viewer: FORBIDDEN,
+      editor: ok(201),
+      owner: ok(201),
+      ownerStepUp: ok(201),
+    },
   },
   {
     method: 'GET',
@@ -573,16 +598,14 @@ const ROWS: Row[] = [
     expect: { ...pageRead(ok()), viewer: FORBIDDEN, editor: FORBIDDEN },
   },
   // --- Retrieval (issue 5): backlinks and related read like the page; search needs the search grant.
-  ...['/api/v1/nodes/:id/backlinks', '/api/v1/nodes/:id/related'].map(
-    (route): Row => ({
-      method: 'GET',
-      route,
-      auth: 'SK',
-      grant: 'read',
-      request: (c) => ({ path: route.replace(':id', sharedPage(c).id) }),
-      expect: pageRead(ok()),
-    }),
-  ),
+  ...['/api/v1/nodes/:id/backlinks', '/api/v1/nodes/:id/related'].map((route): Row => ({
+    method: 'GET',
+    route,
+    auth: 'SK',
+    grant: 'read',
+    request: (c) => ({ path: route.replace(':id', sharedPage(c).id) }),
+    expect: pageRead(ok()),
+  })),
   {
     method: 'GET',
     route: '/api/v1/search',
@@ -701,7 +724,14 @@ const ROWS: Row[] = [
     const notMember = 'workspace F, of which the caller is not a member';
     return [
       ...rows,
-      { method: 'GET', route: `${prefix}/members`, variant: notMember, auth: 'S', request: ({ w }) => ({ path: inF(w, '/members') }), expect: anyHuman(WS_NOT_FOUND) },
+      {
+        method: 'GET',
+        route: `${prefix}/members`,
+        variant: notMember,
+        auth: 'S',
+        request: ({ w }) => ({ path: inF(w, '/members') }),
+        expect: anyHuman(WS_NOT_FOUND),
+      },
       {
         method: 'PATCH',
         route: `${prefix}/members/:id`,
@@ -718,7 +748,14 @@ const ROWS: Row[] = [
         request: ({ w }) => ({ path: inF(w, `/members/${w.foreign.owner.id}`) }),
         expect: anyHuman(WS_NOT_FOUND),
       },
-      { method: 'GET', route: `${prefix}/invites`, variant: notMember, auth: 'S', request: ({ w }) => ({ path: inF(w, '/invites') }), expect: anyHuman(WS_NOT_FOUND) },
+      {
+        method: 'GET',
+        route: `${prefix}/invites`,
+        variant: notMember,
+        auth: 'S',
+        request: ({ w }) => ({ path: inF(w, '/invites') }),
+        expect: anyHuman(WS_NOT_FOUND),
+      },
       {
         method: 'POST',
         route: `${prefix}/invites`,
@@ -791,18 +828,16 @@ const ROWS: Row[] = [
     request: (c) => ({ path: `/api/v1/nodes/${sharedPage(c).id}/threads` }),
     expect: pageRead(ok()),
   },
-  ...['/api/v1/nodes/:id/threads', '/api/v1/nodes/:id/threads/messages'].map(
-    (route): Row => ({
-      method: 'POST',
-      route,
-      auth: 'SK',
-      grant: 'collab',
-      request: async (c) => ({ path: route.replace(':id', (await freshPage(c)).id), body: { body: 'matrix says hi' } }),
-      // Every human role holds collab (viewers may post). The elevated agent reads the secret
-      // page, but its collab grant stops at confidential.
-      expect: { foreignKey: NOT_FOUND, agentNoGrant: FORBIDDEN, agentLowCeiling: NOT_FOUND, elevatedAgent: FORBIDDEN, ...anyHuman(ok(201)) },
-    }),
-  ),
+  ...['/api/v1/nodes/:id/threads', '/api/v1/nodes/:id/threads/messages'].map((route): Row => ({
+    method: 'POST',
+    route,
+    auth: 'SK',
+    grant: 'collab',
+    request: async (c) => ({ path: route.replace(':id', (await freshPage(c)).id), body: { body: 'matrix says hi' } }),
+    // Every human role holds collab (viewers may post). The elevated agent reads the secret
+    // page, but its collab grant stops at confidential.
+    expect: { foreignKey: NOT_FOUND, agentNoGrant: FORBIDDEN, agentLowCeiling: NOT_FOUND, elevatedAgent: FORBIDDEN, ...anyHuman(ok(201)) },
+  })),
   {
     method: 'POST',
     route: '/api/v1/nodes/:id/threads/read',
@@ -879,7 +914,16 @@ function fixturesFor(w: World, row: Row, actor: Actor): World {
         return p;
       };
     };
-    m = { ...w, page: memo(w.page), agent: memo(w.agent), agentWithKey: memo(w.agentWithKey), invite: memo(w.invite), member: memo(w.member), host: memo(w.host), login: memo(w.login) };
+    m = {
+      ...w,
+      page: memo(w.page),
+      agent: memo(w.agent),
+      agentWithKey: memo(w.agentWithKey),
+      invite: memo(w.invite),
+      member: memo(w.member),
+      host: memo(w.host),
+      login: memo(w.login),
+    };
     shared.set(key, m);
   }
   return m;
@@ -907,9 +951,7 @@ describe('authz matrix table', () => {
       for (const id of ACTOR_IDS) {
         const given = row.expect[id] !== undefined;
         const asViewer = (AS_VIEWER as readonly string[]).includes(id);
-        const open =
-          row.auth !== 'P' &&
-          (HUMANS as readonly string[]).concat(row.auth === 'SK' ? (LIVE_AGENTS as readonly string[]) : []).includes(id);
+        const open = row.auth !== 'P' && (HUMANS as readonly string[]).concat(row.auth === 'SK' ? (LIVE_AGENTS as readonly string[]) : []).includes(id);
         // The demoted pair may override the viewer's outcome where the row is open to them.
         if (asViewer) {
           const reachable = row.auth !== 'P' && (id === 'demotedCreator' || row.auth === 'SK');
@@ -943,7 +985,10 @@ describe.each(testEngines())('authorization matrix (%s)', (engine) => {
       const path = r.slice(r.indexOf(' ') + 1);
       return !covered.has(r) && !NOT_IN_MATRIX.some((x) => x.pattern.test(path));
     });
-    expect(missing, `routes without a matrix row — add one row object each to ROWS (or, for another face, a reason to NOT_IN_MATRIX): ${missing.join(', ')}`).toEqual([]);
+    expect(
+      missing,
+      `routes without a matrix row — add one row object each to ROWS (or, for another face, a reason to NOT_IN_MATRIX): ${missing.join(', ')}`,
+    ).toEqual([]);
     const stale = [...covered].filter((k) => !routes.includes(k));
     expect(stale, `matrix rows for routes the server does not register: ${stale.join(', ')}`).toEqual([]);
   });

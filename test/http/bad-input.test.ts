@@ -193,7 +193,11 @@ describe.each(testEngines())('REST bad input (%s)', (engine) => {
       expect(spaces.body.spaces.map((x: any) => x.id)).not.toContain('hues');
       const agents = (await human.get('/api/v1/principals')).body.principals.map((x: any) => x.name);
       expect(agents).not.toContain('painter');
-      expectError(await new Client(s.url).post('/api/auth/login', { email: 'painter@example.com', password: 'correct horse battery' }), 401, 'invalid_credentials');
+      expectError(
+        await new Client(s.url).post('/api/auth/login', { email: 'painter@example.com', password: 'correct horse battery' }),
+        401,
+        'invalid_credentials',
+      );
       const grants = await human.get(`/api/v1/principals/${agentId}/grants`);
       expect(grants.body.grants.map((g: any) => g.action).sort()).toEqual(['admin', 'read', 'write']);
     });

@@ -18,12 +18,48 @@ interface Bundle {
   markdown: string;
 }
 
-
-
 const WORDS = [
-  'beacon', 'harbour', 'signal', 'rotation', 'keeper', 'fog', 'horn', 'lamp', 'lens', 'tide', 'rocks', 'shipping', 'night', 'watch',
-  'maintenance', 'schedule', 'crew', 'generator', 'battery', 'storm', 'naïve', 'café', 'Ελληνικά', 'déjà', 'Straße', '東京', '灯台',
-  '管理', '保守', '夜間', '🔦', '🚨', '⚓️', '🌊', 'ñandú', 'Ωmega', '𝔣𝔬𝔤', 'e\u0301', 'ﬁle', 'мая́к', 'منارة',
+  'beacon',
+  'harbour',
+  'signal',
+  'rotation',
+  'keeper',
+  'fog',
+  'horn',
+  'lamp',
+  'lens',
+  'tide',
+  'rocks',
+  'shipping',
+  'night',
+  'watch',
+  'maintenance',
+  'schedule',
+  'crew',
+  'generator',
+  'battery',
+  'storm',
+  'naïve',
+  'café',
+  'Ελληνικά',
+  'déjà',
+  'Straße',
+  '東京',
+  '灯台',
+  '管理',
+  '保守',
+  '夜間',
+  '🔦',
+  '🚨',
+  '⚓️',
+  '🌊',
+  'ñandú',
+  'Ωmega',
+  '𝔣𝔬𝔤',
+  'e\u0301',
+  'ﬁle',
+  'мая́к',
+  'منارة',
 ];
 
 /** A long page (about `bytes` UTF-8 bytes): paragraphs that all mention the lighthouse, code fences, unicode, CJK and emoji. */
@@ -78,7 +114,16 @@ describe.each(testEngines())('context bundle (%s)', (engine) => {
     s = await startTestServer(engine);
     owner = (await signupHuman(s.url)).client;
     conf = (await createAgentWithKey(owner, [{ action: 'read' }, { action: 'search' }])).client;
-    internal = (await createAgentWithKey(owner, [{ action: 'read', ceiling: 'internal' }, { action: 'search', ceiling: 'internal' }], { ceiling: 'internal' })).client;
+    internal = (
+      await createAgentWithKey(
+        owner,
+        [
+          { action: 'read', ceiling: 'internal' },
+          { action: 'search', ceiling: 'internal' },
+        ],
+        { ceiling: 'internal' },
+      )
+    ).client;
     searchOnly = (await createAgentWithKey(owner, [{ action: 'search' }])).client;
     writeOnly = (await createAgentWithKey(owner, [{ action: 'write' }])).client;
     anon = new Client(s.url);
@@ -180,17 +225,24 @@ describe.each(testEngines())('context bundle (%s)', (engine) => {
       expect(sec.state).toBe('active');
       expect(sec.via).toBe('rank');
       expect(sec.tokens).toBeGreaterThan(0);
-      expect(lines.some((l) => l.includes(sec.path) && l.includes(sec.id) && l.includes(sec.commit_sha)), sec.path).toBe(true);
+      expect(
+        lines.some((l) => l.includes(sec.path) && l.includes(sec.id) && l.includes(sec.commit_sha)),
+        sec.path,
+      ).toBe(true);
     }
     expect(r.sections.find((x) => x.path === 'src/one/kestrel.md')!.id).toBe(a.id);
     expect(r.markdown.startsWith('# ')).toBe(true);
   });
 
   it('ranks the section answering the intent first and keeps one copy of near-duplicate sections', async () => {
-    await create('rank/ops/rotate.md', '# Operations\n\nGeneral notes about the platform.\n\n## Rotating the osprey certificates\n\nTo rotate the osprey certificates run `osprey rotate --all`, then restart the gateway so it loads the new certificates.\n');
+    await create(
+      'rank/ops/rotate.md',
+      '# Operations\n\nGeneral notes about the platform.\n\n## Rotating the osprey certificates\n\nTo rotate the osprey certificates run `osprey rotate --all`, then restart the gateway so it loads the new certificates.\n',
+    );
     await create('rank/ops/mention.md', '# Osprey overview\n\nOsprey is our gateway. It has many certificates and a long history.\n');
     await create('rank/ops/other.md', '# Misc\n\nThe osprey team meets on Mondays.\n');
-    const dup = 'The heron ingest pipeline copies every night the warehouse tables into the lake, checks the row counts against the source, and pages the data team when a count differs by more than one percent over two runs in a row.';
+    const dup =
+      'The heron ingest pipeline copies every night the warehouse tables into the lake, checks the row counts against the source, and pages the data team when a count differs by more than one percent over two runs in a row.';
     await create('rank/dup/first.md', `# Heron pipeline\n\n${dup}\n`);
     await create('rank/dup/second.md', `# Heron pipeline copy\n\n${dup}\n`);
     await waitForVectors(owner);
@@ -246,20 +298,23 @@ describe.each(testEngines())('context bundle (%s)', (engine) => {
   });
 
   it('follows links with include_links, but not links in hidden blocks nor to pages above the ceiling', async () => {
-    await create('links/src/hub.md', [
-      '# Quetzal hub',
-      '',
-      'The quetzal field guide. See [[Capybara Facts]] and [[Tapir Secrets]] and [[Agouti Notes]].',
-      '',
-      '::: secret',
-      'Also [[Sloth Ledger]].',
-      ':::',
-      '',
-      '::: confidential',
-      'And [[Coati Memo]].',
-      ':::',
-      '',
-    ].join('\n'));
+    await create(
+      'links/src/hub.md',
+      [
+        '# Quetzal hub',
+        '',
+        'The quetzal field guide. See [[Capybara Facts]] and [[Tapir Secrets]] and [[Agouti Notes]].',
+        '',
+        '::: secret',
+        'Also [[Sloth Ledger]].',
+        ':::',
+        '',
+        '::: confidential',
+        'And [[Coati Memo]].',
+        ':::',
+        '',
+      ].join('\n'),
+    );
     await create('links/dst/capybara.md', '---\ntitle: Capybara Facts\nsensitivity: public\n---\nCapybaras graze by the river in quiet groups.\n');
     await create('links/dst/tapir.md', '---\ntitle: Tapir Secrets\nsensitivity: secret\n---\nTapirs browse under the forest canopy.\n');
     await create('links/dst/agouti.md', '---\ntitle: Agouti Notes\nsensitivity: confidential\n---\nAgoutis bury seeds for later.\n');
@@ -267,7 +322,11 @@ describe.each(testEngines())('context bundle (%s)', (engine) => {
     await create('links/dst/coati.md', '---\ntitle: Coati Memo\n---\nCoatis forage with their long snouts.\n');
     await waitForVectors(owner);
 
-    const viaLink = (b: Bundle) => b.sections.filter((x) => x.via === 'link').map((x) => x.path).sort();
+    const viaLink = (b: Bundle) =>
+      b.sections
+        .filter((x) => x.via === 'link')
+        .map((x) => x.path)
+        .sort();
     const without = await bundle(owner, { intent: 'quetzal', scope: 'links' });
     expect(paths(without)).toEqual(['links/src/hub.md']);
     expect(viaLink(without)).toEqual([]);
@@ -297,33 +356,43 @@ describe.each(testEngines())('context bundle (%s)', (engine) => {
   });
 
   it('never gives an agent a page or block above its read ceiling', async () => {
-    await create('lvl/open.md', [
-      '# Puffin colony',
-      '',
-      'The puffin colony nests on the cliffs.',
-      '',
-      '::: confidential',
-      'The puffin census uses the marigold protocol.',
-      ':::',
-      '',
-      'Between the blocks the puffin dives.',
-      '',
-      '::: secret',
-      'The puffin vault code is swordfish.',
-      ':::',
-      '',
-      '## Puffin feeding',
-      '',
-      '::: secret',
-      'Puffin feeding grounds: zanzibar coordinates.',
-      ':::',
-      '',
-    ].join('\n'));
+    await create(
+      'lvl/open.md',
+      [
+        '# Puffin colony',
+        '',
+        'The puffin colony nests on the cliffs.',
+        '',
+        '::: confidential',
+        'The puffin census uses the marigold protocol.',
+        ':::',
+        '',
+        'Between the blocks the puffin dives.',
+        '',
+        '::: secret',
+        'The puffin vault code is swordfish.',
+        ':::',
+        '',
+        '## Puffin feeding',
+        '',
+        '::: secret',
+        'Puffin feeding grounds: zanzibar coordinates.',
+        ':::',
+        '',
+      ].join('\n'),
+    );
     await create('lvl/conf.md', '---\nsensitivity: confidential\n---\n# Puffin budget\n\nThe puffin budget is tangerine.\n');
     await create('lvl/secret.md', '---\nsensitivity: secret\n---\n# Puffin keys\n\nThe puffin keys are obsidian.\n');
     await waitForVectors(owner);
 
-    const intents = ['puffin', 'puffin census marigold protocol', 'puffin vault code swordfish', 'zanzibar coordinates feeding', 'puffin budget tangerine', 'puffin keys obsidian'];
+    const intents = [
+      'puffin',
+      'puffin census marigold protocol',
+      'puffin vault code swordfish',
+      'zanzibar coordinates feeding',
+      'puffin budget tangerine',
+      'puffin keys obsidian',
+    ];
     const o = await bundle(owner, { intent: 'puffin', scope: 'lvl', budget_tokens: 8000 });
     expect(paths(o)).toEqual(['lvl/conf.md', 'lvl/open.md', 'lvl/secret.md']);
     expect(everything(o)).toMatch(/swordfish/);
@@ -333,10 +402,20 @@ describe.each(testEngines())('context bundle (%s)', (engine) => {
       for (const scope of ['lvl', undefined]) {
         const body = { intent, budget_tokens: 8000, ...(scope ? { scope } : {}) };
         const c = await bundle(conf, body);
-        expect(paths(c).filter((p) => p.startsWith('lvl/')).every((p) => p !== 'lvl/secret.md'), intent).toBe(true);
+        expect(
+          paths(c)
+            .filter((p) => p.startsWith('lvl/'))
+            .every((p) => p !== 'lvl/secret.md'),
+          intent,
+        ).toBe(true);
         expect(everything(c), intent).not.toMatch(/swordfish|zanzibar|obsidian|vault code/i);
         const i = await bundle(internal, body);
-        expect(paths(i).filter((p) => p.startsWith('lvl/')).every((p) => p === 'lvl/open.md'), intent).toBe(true);
+        expect(
+          paths(i)
+            .filter((p) => p.startsWith('lvl/'))
+            .every((p) => p === 'lvl/open.md'),
+          intent,
+        ).toBe(true);
         expect(everything(i), intent).not.toMatch(/swordfish|zanzibar|obsidian|marigold|tangerine|census|vault code/i);
         for (const accept of ['text/markdown']) {
           const md = await internal.post('/api/v1/bundle', body, { accept });

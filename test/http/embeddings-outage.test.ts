@@ -135,7 +135,8 @@ describe.each(testEngines())('embeddings outage (%s)', (engine) => {
       await outageScenario(c, '500', async () => void (fake.state.mode = 'ok'));
       expect(fake.state.auth).toEqual(new Set([`Bearer ${API_KEY}`]));
       const sent = fake.state.inputs.join('\n');
-      for (const t of ['copies warehouse tables nightly', 'Egret retries thrice', 'Ibis archives logs for a year', 'Stork delivers packages']) expect(sent).toContain(t);
+      for (const t of ['copies warehouse tables nightly', 'Egret retries thrice', 'Ibis archives logs for a year', 'Stork delivers packages'])
+        expect(sent).toContain(t);
       // The text before the update was never embedded.
       expect(fake.state.inputs.some((t) => t.includes('Ibis archives logs.'))).toBe(false);
     } finally {

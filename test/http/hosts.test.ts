@@ -102,10 +102,7 @@ describe.each(testEngines())('ALLOWED_HOSTS over HTTP (%s)', (engine) => {
   let s: TestServer;
   let open: TestServer;
   beforeAll(async () => {
-    [s, open] = await Promise.all([
-      startTestServer(engine, { ALLOWED_HOSTS: 'vault.example.com,127.0.0.1' }),
-      startTestServer(engine),
-    ]);
+    [s, open] = await Promise.all([startTestServer(engine, { ALLOWED_HOSTS: 'vault.example.com,127.0.0.1' }), startTestServer(engine)]);
   });
   afterAll(async () => {
     await Promise.all([s?.stop(), open?.stop()]);
@@ -132,7 +129,13 @@ describe.each(testEngines())('ALLOWED_HOSTS over HTTP (%s)', (engine) => {
   });
 
   it('refuses a foreign Origin with 403 forbidden_origin', async () => {
-    const r = await raw(s.url, 'POST', '/api/auth/login', { host: 'vault.example.com', origin: 'https://evil.example.com' }, '{"email":"a@b.c","password":"x"}');
+    const r = await raw(
+      s.url,
+      'POST',
+      '/api/auth/login',
+      { host: 'vault.example.com', origin: 'https://evil.example.com' },
+      '{"email":"a@b.c","password":"x"}',
+    );
     expect(r.status).toBe(403);
     expect(r.body).toEqual({ error: { code: 'forbidden_origin', message: expect.any(String) }, code: 'forbidden_origin' });
     const nul = await raw(s.url, 'GET', '/api/v1/whoami', { host: 'vault.example.com', origin: 'null' });
@@ -154,7 +157,13 @@ describe.each(testEngines())('ALLOWED_HOSTS over HTTP (%s)', (engine) => {
       // Past the host check: the route now asks for credentials.
       expect(r.status, JSON.stringify(headers)).toBe(401);
     }
-    const login = await raw(s.url, 'POST', '/api/auth/login', { host: 'vault.example.com', origin: 'https://vault.example.com' }, '{"email":"a@b.c","password":"wrong password"}');
+    const login = await raw(
+      s.url,
+      'POST',
+      '/api/auth/login',
+      { host: 'vault.example.com', origin: 'https://vault.example.com' },
+      '{"email":"a@b.c","password":"wrong password"}',
+    );
     expect(login.status).toBe(401);
     expect(login.body.code).toBe('invalid_credentials');
   });

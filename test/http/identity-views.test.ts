@@ -43,7 +43,7 @@ describe.each(testEngines())('one identity on every face (%s)', (engine) => {
     expect(v.whoami.via).toBe('key');
   });
 
-  it("an agent whose creator was demoted to viewer shows the capped ceiling everywhere", async () => {
+  it('an agent whose creator was demoted to viewer shows the capped ceiling everywhere', async () => {
     const slug = (await owner.get('/api/v1/whoami')).body.workspace.slug;
     const editor = await joinAs(owner, slug, 'editor');
     const a = await createAgentWithKey(editor.client, [{ action: 'read' }], { ceiling: 'confidential' });

@@ -113,7 +113,11 @@ describe.each(testEngines())('TOTP, step-up, sessions, lockdown, elevations, git
     expect((await c.delete(`/api/v1/nodes/${page.body.id}`)).status).toBe(200);
     // Five minutes later it has lapsed (the clock cannot be moved through the API: age the row).
     const p2 = await c.post('/api/v1/nodes', { path: 'eng/step/b.md', content: 'x' });
-    await s.ctx.store.db.updateTable('sessions').set({ stepup_at: new Date(Date.now() - 5 * 60_000 - 1000).toISOString() }).where('principal_id', '=', h.id).execute();
+    await s.ctx.store.db
+      .updateTable('sessions')
+      .set({ stepup_at: new Date(Date.now() - 5 * 60_000 - 1000).toISOString() })
+      .where('principal_id', '=', h.id)
+      .execute();
     expect((await c.delete(`/api/v1/nodes/${p2.body.id}`)).body.code).toBe('step_up_required');
 
     const agent = await createAgentWithKey(c, [{ action: 'read' }, { action: 'write' }]);
@@ -126,7 +130,11 @@ describe.each(testEngines())('TOTP, step-up, sessions, lockdown, elevations, git
     const h = await signupHuman(s.url);
     expect((await h.client.get('/api/v1/me')).status).toBe(200);
     // No API moves the clock: age the session's last activity past the idle limit.
-    await s.ctx.store.db.updateTable('sessions').set({ last_seen_at: new Date(Date.now() - 24 * 3600_000 - 60_000).toISOString() }).where('principal_id', '=', h.id).execute();
+    await s.ctx.store.db
+      .updateTable('sessions')
+      .set({ last_seen_at: new Date(Date.now() - 24 * 3600_000 - 60_000).toISOString() })
+      .where('principal_id', '=', h.id)
+      .execute();
     const idle = await h.client.get('/api/v1/me');
     expect(idle.status).toBe(401);
     expect(idle.body.code).toBe('session_expired');
@@ -136,7 +144,11 @@ describe.each(testEngines())('TOTP, step-up, sessions, lockdown, elevations, git
     expect((await t.client.post('/api/auth/stepup', { password: PASSWORD })).status).toBe(200);
     const start = await t.client.post('/api/auth/totp/enroll');
     await t.client.post('/api/auth/totp/enroll', { code: currentTotp(start.body.secret) });
-    const res = await fetch(`${s.url}/api/auth/login`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ email, password: PASSWORD }) });
+    const res = await fetch(`${s.url}/api/auth/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ email, password: PASSWORD }),
+    });
     expect((await res.json()).status).toBe('totp_required');
     const cookie = res.headers.getSetCookie().find((x) => x.startsWith('svc_session='))!;
     const expires = Date.parse(/Expires=([^;]+)/i.exec(cookie)![1]!);
@@ -169,7 +181,10 @@ describe.each(testEngines())('TOTP, step-up, sessions, lockdown, elevations, git
     expect(out.status).toBe(200);
     const cleared = out.headers.getSetCookie();
     for (const name of ['svc_session', 'svc_csrf']) {
-      expect(cleared.find((x) => x.startsWith(`${name}=`)), name).toMatch(/Expires=Thu, 01 Jan 1970/i);
+      expect(
+        cleared.find((x) => x.startsWith(`${name}=`)),
+        name,
+      ).toMatch(/Expires=Thu, 01 Jan 1970/i);
     }
     expect((await h.client.get('/api/v1/me')).status).toBe(401);
   });
@@ -212,7 +227,11 @@ describe.each(testEngines())('TOTP, step-up, sessions, lockdown, elevations, git
     expect((await agent.client.get(`/api/v1/nodes/${page.body.id}`)).body.content).toContain('the key');
     expect((await agent.client.get('/api/v1/whoami')).body.ceiling).toBe('secret');
     // Expiry is exact: once the end passes, the next request is back under confidential.
-    await s.ctx.store.db.updateTable('elevations').set({ expires_at: new Date(Date.now() - 1).toISOString() }).where('id', '=', el.body.id).execute();
+    await s.ctx.store.db
+      .updateTable('elevations')
+      .set({ expires_at: new Date(Date.now() - 1).toISOString() })
+      .where('id', '=', el.body.id)
+      .execute();
     expect((await agent.client.get(`/api/v1/nodes/${page.body.id}`)).status).toBe(404);
     // Agents cannot elevate anyone, themselves included.
     expect((await agent.client.post('/api/v1/elevations', { agent_id: agent.id, minutes: 5, reason: 'me' })).status).toBe(403);

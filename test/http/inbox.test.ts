@@ -200,35 +200,36 @@ describe.each(testEngines())('inbox (%s)', (engine) => {
   });
 
   // One process per node with SQLite: cross-node wake-ups are a PostgreSQL matter (LISTEN/NOTIFY).
-  if (engine === 'postgres') it('a poll on node A is woken by a post on node B (PostgreSQL NOTIFY)', async () => {
-    const node2 = await secondNode(s);
-    try {
-      const a = await agent();
-      const onB = new Client(node2.url, a.client.bearer);
-      // The owner's session works on node B too: sessions live in the database.
-      const ownerOnB = new Client(node2.url);
-      for (const [k2, v] of owner.client.cookies) ownerOnB.cookies.set(k2, v);
-      expectStatus(await onB.get('/api/v1/whoami'), 200);
-      const t0 = Date.now();
-      const poll = a.client.get('/api/v1/inbox?wait=10');
-      await sleep(300);
-      const id = await mention(a.id, page.id, ownerOnB, 'from node B');
-      const res = await poll;
-      const elapsed = Date.now() - t0;
-      expect(res.body.events.map((e: any) => e.payload.message_id)).toEqual([id]);
-      expect(elapsed).toBeLessThan(3000);
-      // And the other way round.
-      const t1 = Date.now();
-      const pollB = onB.get('/api/v1/inbox?wait=10&after=1');
-      await sleep(300);
-      await mention(a.id);
-      const resB = await pollB;
-      expect(resB.body.events.map((e: any) => e.seq)).toEqual([2]);
-      expect(Date.now() - t1).toBeLessThan(3000);
-    } finally {
-      await node2.close();
-    }
-  });
+  if (engine === 'postgres')
+    it('a poll on node A is woken by a post on node B (PostgreSQL NOTIFY)', async () => {
+      const node2 = await secondNode(s);
+      try {
+        const a = await agent();
+        const onB = new Client(node2.url, a.client.bearer);
+        // The owner's session works on node B too: sessions live in the database.
+        const ownerOnB = new Client(node2.url);
+        for (const [k2, v] of owner.client.cookies) ownerOnB.cookies.set(k2, v);
+        expectStatus(await onB.get('/api/v1/whoami'), 200);
+        const t0 = Date.now();
+        const poll = a.client.get('/api/v1/inbox?wait=10');
+        await sleep(300);
+        const id = await mention(a.id, page.id, ownerOnB, 'from node B');
+        const res = await poll;
+        const elapsed = Date.now() - t0;
+        expect(res.body.events.map((e: any) => e.payload.message_id)).toEqual([id]);
+        expect(elapsed).toBeLessThan(3000);
+        // And the other way round.
+        const t1 = Date.now();
+        const pollB = onB.get('/api/v1/inbox?wait=10&after=1');
+        await sleep(300);
+        await mention(a.id);
+        const resB = await pollB;
+        expect(resB.body.events.map((e: any) => e.seq)).toEqual([2]);
+        expect(Date.now() - t1).toBeLessThan(3000);
+      } finally {
+        await node2.close();
+      }
+    });
 
   it('refuses bad input with the error body', async () => {
     const a = await agent();

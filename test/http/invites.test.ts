@@ -21,7 +21,11 @@ const DAY = 86_400_000;
 
 /** Ages one invite in the database: no API can move the clock, so the test backdates `expires_at`. */
 async function expire(s: TestServer, inviteId: string): Promise<void> {
-  await s.ctx.store.db.updateTable('invites').set({ expires_at: new Date(Date.now() - 1000).toISOString() }).where('id', '=', inviteId).execute();
+  await s.ctx.store.db
+    .updateTable('invites')
+    .set({ expires_at: new Date(Date.now() - 1000).toISOString() })
+    .where('id', '=', inviteId)
+    .execute();
 }
 
 async function members(client: Client, ws: string): Promise<{ id: string; role: string }[]> {
@@ -157,7 +161,12 @@ describe.each(testEngines())('invites (%s)', (engine) => {
     expectError(await ann.client.delete(`/api/v1/invites/${res.body.id}`), 409, 'invite_used');
 
     // One transaction wrote all of it, with its audit entry.
-    const audit = await s.ctx.store.db.selectFrom('audit_log').selectAll().where('workspace_id', '=', ann.workspace.id).where('action', '=', 'invite.accept').execute();
+    const audit = await s.ctx.store.db
+      .selectFrom('audit_log')
+      .selectAll()
+      .where('workspace_id', '=', ann.workspace.id)
+      .where('action', '=', 'invite.accept')
+      .execute();
     expect(audit.map((e) => [e.principal_id, JSON.parse(e.detail)])).toContainEqual([cat.id, { invite: res.body.id, role: 'viewer' }]);
     expectStatus(await ann.client.delete(`/api/v1/members/${cat.id}`), 200);
   });
@@ -180,7 +189,12 @@ describe.each(testEngines())('invites (%s)', (engine) => {
       expectError(await cat.client.post(`/api/v1/invites/${res.body.token}/accept`), 410, 'invite_revoked');
       expect((await members(ann.client, ann.workspace.slug)).map((m) => m.id)).not.toContain(cat.id);
     }
-    const audit = await s.ctx.store.db.selectFrom('audit_log').select('action').where('workspace_id', '=', ann.workspace.id).where('action', '=', 'invite.revoke').execute();
+    const audit = await s.ctx.store.db
+      .selectFrom('audit_log')
+      .select('action')
+      .where('workspace_id', '=', ann.workspace.id)
+      .where('action', '=', 'invite.revoke')
+      .execute();
     expect(audit.length).toBe(2);
   });
 
@@ -277,7 +291,7 @@ describe.each(testEngines())('invites (%s)', (engine) => {
   it('an owner invite makes an owner; a demoted owner can no longer invite', async () => {
     const dan = await signupHuman(s.url, 'Dan');
     const res = await ann.client.post('/api/v1/invites', { role: 'owner' });
-    expectStatus((await dan.client.post(`/api/v1/invites/${res.body.token}/accept`)), 200);
+    expectStatus(await dan.client.post(`/api/v1/invites/${res.body.token}/accept`), 200);
     const ws = ann.workspace.slug;
     const made = await dan.client.post(`/api/v1/workspaces/${ws}/invites`, { role: 'viewer' });
     expectStatus(made, 201);
@@ -353,7 +367,11 @@ describe.each(testEngines())('sign-up with an invite, SIGNUPS=invite (%s)', (eng
 
     // The same token cannot make a second account.
     const again = freshEmail('again');
-    expectError(await new Client(s.url).post('/api/v1/auth/signup', { email: again, password: PASSWORD, name: 'Again', invite_token: inv.token }), 409, 'invite_used');
+    expectError(
+      await new Client(s.url).post('/api/v1/auth/signup', { email: again, password: PASSWORD, name: 'Again', invite_token: inv.token }),
+      409,
+      'invite_used',
+    );
     await cannotLogIn(again);
   });
 
@@ -361,7 +379,11 @@ describe.each(testEngines())('sign-up with an invite, SIGNUPS=invite (%s)', (eng
     const email = freshEmail('bound');
     const inv = await invite({ role: 'viewer', email });
     const other = freshEmail('other');
-    expectError(await new Client(s.url).post('/api/v1/auth/signup', { email: other, password: PASSWORD, name: 'Other', invite_token: inv.token }), 403, 'invite_email_mismatch');
+    expectError(
+      await new Client(s.url).post('/api/v1/auth/signup', { email: other, password: PASSWORD, name: 'Other', invite_token: inv.token }),
+      403,
+      'invite_email_mismatch',
+    );
     await cannotLogIn(other);
     const c = new Client(s.url);
     expectStatus(await c.post('/api/v1/auth/signup', { email: email.toUpperCase(), password: PASSWORD, name: 'Bound', invite_token: inv.token }), 201);
@@ -370,7 +392,11 @@ describe.each(testEngines())('sign-up with an invite, SIGNUPS=invite (%s)', (eng
 
   it('unknown, revoked and expired tokens are refused with their codes and create no account', async () => {
     const unknown = freshEmail('unknown');
-    expectError(await new Client(s.url).post('/api/v1/auth/signup', { email: unknown, password: PASSWORD, name: 'U', invite_token: 'iv_made-up' }), 404, 'invite_not_found');
+    expectError(
+      await new Client(s.url).post('/api/v1/auth/signup', { email: unknown, password: PASSWORD, name: 'U', invite_token: 'iv_made-up' }),
+      404,
+      'invite_not_found',
+    );
     await cannotLogIn(unknown);
 
     const revoked = await invite({ role: 'viewer' });
@@ -382,7 +408,11 @@ describe.each(testEngines())('sign-up with an invite, SIGNUPS=invite (%s)', (eng
     const expired = await invite({ role: 'viewer' });
     await expire(s, expired.id);
     const e = freshEmail('expired');
-    expectError(await new Client(s.url).post('/api/auth/signup', { email: e, password: PASSWORD, name: 'E', invite_token: expired.token }), 410, 'invite_expired');
+    expectError(
+      await new Client(s.url).post('/api/auth/signup', { email: e, password: PASSWORD, name: 'E', invite_token: expired.token }),
+      410,
+      'invite_expired',
+    );
     await cannotLogIn(e);
   });
 
@@ -391,7 +421,11 @@ describe.each(testEngines())('sign-up with an invite, SIGNUPS=invite (%s)', (eng
     const weak = await new Client(s.url).post('/api/v1/auth/signup', { email: freshEmail('weak'), password: 'short', name: 'W', invite_token: inv.token });
     expectError(weak, 400, 'weak_password');
     const taken = (await owner.get('/api/v1/me')).body.email;
-    expectError(await new Client(s.url).post('/api/v1/auth/signup', { email: taken, password: PASSWORD, name: 'Dup', invite_token: inv.token }), 409, 'email_taken');
+    expectError(
+      await new Client(s.url).post('/api/v1/auth/signup', { email: taken, password: PASSWORD, name: 'Dup', invite_token: inv.token }),
+      409,
+      'email_taken',
+    );
     expect((await owner.get('/api/v1/invites')).body.invites.find((i: any) => i.id === inv.id).state).toBe('pending');
     const c = new Client(s.url);
     expectStatus(await c.post('/api/v1/auth/signup', { email: freshEmail('later'), password: PASSWORD, name: 'Later', invite_token: inv.token }), 201);
@@ -421,7 +455,11 @@ describe.each(testEngines())('sign-up with an invite, SIGNUPS=open (%s)', (engin
 
   it('a bad token in open mode refuses the sign-up instead of silently ignoring it', async () => {
     const email = freshEmail('typo');
-    expectError(await new Client(s.url).post('/api/v1/auth/signup', { email, password: PASSWORD, name: 'Typo', invite_token: 'iv_typo' }), 404, 'invite_not_found');
+    expectError(
+      await new Client(s.url).post('/api/v1/auth/signup', { email, password: PASSWORD, name: 'Typo', invite_token: 'iv_typo' }),
+      404,
+      'invite_not_found',
+    );
     expectError(await new Client(s.url).post('/api/auth/login', { email, password: PASSWORD }), 401, 'invalid_credentials');
     // Without the token the same sign-up works.
     expectStatus(await new Client(s.url).post('/api/v1/auth/signup', { email, password: PASSWORD, name: 'Typo' }), 201);

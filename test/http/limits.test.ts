@@ -27,13 +27,15 @@ function expectLimited(r: Res, maxRetry: number): void {
 }
 
 /** A second node of the same deployment: same DATA_DIR (SQLite) or the same DATABASE_URL. */
-const secondNode = (first: TestServer, env: Record<string, string>): Promise<RunningServer> =>
-  startServerOn(first.ctx.config, { RATE_LIMITS: 'on', ...env });
+const secondNode = (first: TestServer, env: Record<string, string>): Promise<RunningServer> => startServerOn(first.ctx.config, { RATE_LIMITS: 'on', ...env });
 
 /** A logger that records what it is told. */
 function recordingLogger() {
   const lines: { level: string; args: unknown[] }[] = [];
-  const rec = (level: string) => (...args: unknown[]) => void lines.push({ level, args });
+  const rec =
+    (level: string) =>
+    (...args: unknown[]) =>
+      void lines.push({ level, args });
   const log = {
     level: 'info',
     fatal: rec('fatal'),
@@ -295,7 +297,8 @@ describe.each(testEngines())('TRUST_PROXY (%s)', (engine) => {
 
   it('counts per client address as the one proxy in front saw it', async () => {
     const c = new Client(s.url);
-    const login = (xff?: string) => c.post('/api/auth/login', { email: 'nobody@example.com', password: 'wrong password' }, xff ? { 'x-forwarded-for': xff } : {});
+    const login = (xff?: string) =>
+      c.post('/api/auth/login', { email: 'nobody@example.com', password: 'wrong password' }, xff ? { 'x-forwarded-for': xff } : {});
     expect((await login('203.0.113.5')).status).toBe(401);
     expect((await login('203.0.113.5')).status).toBe(401);
     expectLimited(await login('203.0.113.5'), 30);

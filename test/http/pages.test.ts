@@ -293,7 +293,11 @@ describe.each(testEngines())('pages over REST (%s)', (engine) => {
   });
 
   it('chains every mutation into the audit log', async () => {
-    const n = await s.ctx.store.db.selectFrom('audit_log').select((eb) => eb.fn.countAll<number>().as('n')).where('workspace_id', '=', workspaceId).executeTakeFirstOrThrow();
+    const n = await s.ctx.store.db
+      .selectFrom('audit_log')
+      .select((eb) => eb.fn.countAll<number>().as('n'))
+      .where('workspace_id', '=', workspaceId)
+      .executeTakeFirstOrThrow();
     expect(Number(n.n)).toBeGreaterThan(10);
     expect(await verifyAuditChain(s.ctx.store.db, workspaceId)).toBeNull();
     // Tampering with one entry is detected at that entry.

@@ -422,11 +422,7 @@ describe.each(testEngines())('agents, grants and keys (%s)', (engine) => {
       expectError(res, 403, 'csrf_failed');
       const a = await createAgentWithKey(ann.client, [{ action: 'read' }], { name: 'csrf-target' });
       expectError(await ann.client.request('DELETE', `/api/v1/principals/${a.id}`, { csrf: false }), 403, 'csrf_failed');
-      expectError(
-        await ann.client.request('PUT', `/api/v1/principals/${a.id}/grants`, { json: { grants: [] }, csrf: false }),
-        403,
-        'csrf_failed',
-      );
+      expectError(await ann.client.request('PUT', `/api/v1/principals/${a.id}/grants`, { json: { grants: [] }, csrf: false }), 403, 'csrf_failed');
       expectStatus(await a.client.get('/api/v1/me'), 200);
       const after = (await ann.client.get('/api/v1/principals')).body.principals;
       expect(after.map((p: any) => p.name)).not.toContain('csrf-victim');
@@ -481,20 +477,12 @@ describe.each(testEngines())('sign-up, login and logout (%s)', (engine) => {
 
   it('a duplicate email is 409 email_taken, whatever its case', async () => {
     expectError(await new Client(s.url).post('/api/v1/auth/signup', { email, password: PASSWORD, name: 'Again' }), 409, 'email_taken');
-    expectError(
-      await new Client(s.url).post('/api/v1/auth/signup', { email: email.toUpperCase(), password: PASSWORD, name: 'Again' }),
-      409,
-      'email_taken',
-    );
+    expectError(await new Client(s.url).post('/api/v1/auth/signup', { email: email.toUpperCase(), password: PASSWORD, name: 'Again' }), 409, 'email_taken');
   });
 
   it('a weak password is 400 weak_password; a bad email or missing name is 400', async () => {
     expectError(await new Client(s.url).post('/api/v1/auth/signup', { email: freshEmail('w'), password: 'short', name: 'W' }), 400, 'weak_password');
-    expectError(
-      await new Client(s.url).post('/api/v1/auth/signup', { email: freshEmail('w'), password: 'aaaaaaaaaaaaaaa', name: 'W' }),
-      400,
-      'weak_password',
-    );
+    expectError(await new Client(s.url).post('/api/v1/auth/signup', { email: freshEmail('w'), password: 'aaaaaaaaaaaaaaa', name: 'W' }), 400, 'weak_password');
     expectError(await new Client(s.url).post('/api/v1/auth/signup', { email: 'not-an-email', password: PASSWORD, name: 'W' }), 400, 'invalid_request');
     expectError(await new Client(s.url).post('/api/v1/auth/signup', { email: freshEmail('w'), password: PASSWORD }), 400, 'invalid_request');
   });

@@ -89,12 +89,19 @@ describe.each(testEngines())('merging, proposals and their events (%s)', (engine
       // a edits the top half, b the bottom half; every fourth round both edit line 20.
       const la = round % 4 === 3 ? 20 : round % 10;
       const lb = round % 4 === 3 ? 20 : 30 + (round % 10);
-      const edit = (content: string, line: number, who: string) => content.split('\n').map((l, i) => (i === line ? `${l} ${who}${round}` : l)).join('\n');
+      const edit = (content: string, line: number, who: string) =>
+        content
+          .split('\n')
+          .map((l, i) => (i === line ? `${l} ${who}${round}` : l))
+          .join('\n');
       const [wa, wb] = await Promise.all([
         a.put(`/api/v1/nodes/${c.body.id}`, { content: edit(ra.body.content, la, 'a'), base_sha: ra.body.content_hash }),
         b.put(`/api/v1/nodes/${c.body.id}`, { content: edit(rb.body.content, lb, 'b'), base_sha: rb.body.content_hash }),
       ]);
-      for (const [w, who] of [[wa, 'a'], [wb, 'b']] as const) {
+      for (const [w, who] of [
+        [wa, 'a'],
+        [wb, 'b'],
+      ] as const) {
         if (w.status === 200) landed[who].add(round);
         else {
           expect(w.status).toBe(409);
@@ -211,7 +218,14 @@ describe.each(testEngines())('merging, proposals and their events (%s)', (engine
   });
 
   it('hides proposals about pages the caller cannot see, and supersedes them when the page is deleted', async () => {
-    const low = await createAgentWithKey(owner, [{ action: 'read', ceiling: 'internal' }, { action: 'propose', ceiling: 'internal' }], { name: 'low' });
+    const low = await createAgentWithKey(
+      owner,
+      [
+        { action: 'read', ceiling: 'internal' },
+        { action: 'propose', ceiling: 'internal' },
+      ],
+      { name: 'low' },
+    );
     const high = await createAgentWithKey(owner, [{ action: 'read' }, { action: 'propose' }], { name: 'high' });
     const conf = await owner.post('/api/v1/nodes', { path: 'eng/hidden/c.md', content: '---\nsensitivity: confidential\n---\nc\n' });
     const pr = await high.client.post('/api/v1/proposals', { node_id: conf.body.id, content: '---\nsensitivity: confidential\n---\nc2\n' });
@@ -221,7 +235,11 @@ describe.each(testEngines())('merging, proposals and their events (%s)', (engine
     expect((await viewer.get(`/api/v1/proposals/${pr.body.id}`)).status).toBe(404);
     expectError(await low.client.post('/api/v1/proposals', { node_id: conf.body.id, content: 'x' }), 404, 'not_found');
     // Proposing content above the ceiling is refused.
-    expectError(await low.client.post('/api/v1/proposals', { path: 'eng/hidden/new.md', content: '---\nsensitivity: confidential\n---\nx\n' }), 403, 'forbidden');
+    expectError(
+      await low.client.post('/api/v1/proposals', { path: 'eng/hidden/new.md', content: '---\nsensitivity: confidential\n---\nx\n' }),
+      403,
+      'forbidden',
+    );
 
     await owner.post('/api/auth/stepup', { password: PASSWORD });
     expect((await owner.delete(`/api/v1/nodes/${conf.body.id}`)).status).toBe(200);

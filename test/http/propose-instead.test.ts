@@ -21,7 +21,12 @@ describe.each(testEngines())('agents without write propose instead (%s)', (engin
     const a = await createAgentWithKey(owner, [{ action: 'read' }, { action: 'propose' }], { name: 'proposer' });
     proposer = { client: a.client, key: a.key };
     reader = (await createAgentWithKey(owner, [{ action: 'read' }], { name: 'reader' })).client;
-    writer = (await createAgentWithKey(owner, [{ action: 'read', ceiling: 'internal' }, { action: 'write', ceiling: 'internal' }, { action: 'propose' }], { name: 'writer', ceiling: 'internal' })).client;
+    writer = (
+      await createAgentWithKey(owner, [{ action: 'read', ceiling: 'internal' }, { action: 'write', ceiling: 'internal' }, { action: 'propose' }], {
+        name: 'writer',
+        ceiling: 'internal',
+      })
+    ).client;
   });
   afterAll(async () => s?.stop());
 

@@ -77,10 +77,13 @@ async function downgradeTo004(db: Kysely<DB>, engine: Dialect): Promise<void> {
   await dropIndexRows(db, engine);
   if (engine === 'sqlite') {
     // 009 → 004: the deployment-wide FTS5 table and its triggers.
-    const kw = (await sql<{ name: string }>`select name from sqlite_master where type = 'table' and name like 'kw%' and sql like 'CREATE VIRTUAL%'`.execute(db)).rows;
+    const kw = (await sql<{ name: string }>`select name from sqlite_master where type = 'table' and name like 'kw%' and sql like 'CREATE VIRTUAL%'`.execute(db))
+      .rows;
     expect(kw.length).toBeGreaterThanOrEqual(4);
     for (const t of kw) await x(sql`drop table ${sql.table(t.name)}`);
-    await x(sql`create virtual table page_sections_fts using fts5(title, heading, text, content='page_sections', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2')`);
+    await x(
+      sql`create virtual table page_sections_fts using fts5(title, heading, text, content='page_sections', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2')`,
+    );
     await x(sql`create trigger page_sections_ai after insert on page_sections begin
       insert into page_sections_fts(rowid, title, heading, text) values (new.id, new.title, new.heading, new.text); end`);
     await x(sql`create trigger page_sections_ad after delete on page_sections begin
@@ -217,7 +220,14 @@ describe.each(testEngines())('re-index after an upgrade (%s)', (engine) => {
       // ... and a node did two pages, then died holding its claim for another moment.
       await jobs(mid)
         .updateTable('maintenance_jobs')
-        .set({ started_at: new Date().toISOString(), last_id: order[1]!.id, done: 2, total: 3, claimed_by: 'gone:1:dead', claimed_until: new Date(Date.now() + 3000).toISOString() })
+        .set({
+          started_at: new Date().toISOString(),
+          last_id: order[1]!.id,
+          done: 2,
+          total: 3,
+          claimed_by: 'gone:1:dead',
+          claimed_until: new Date(Date.now() + 3000).toISOString(),
+        })
         .execute();
       await mid.close();
 
@@ -260,7 +270,18 @@ describe.each(testEngines())('re-index after an upgrade (%s)', (engine) => {
         await dropIndexRows(store.db, engine);
         await jobs(store)
           .insertInto('maintenance_jobs')
-          .values({ name: REINDEX_JOB, requested_at: new Date().toISOString(), started_at: null, finished_at: null, last_id: null, done: 0, total: null, claimed_by: null, claimed_until: null, last_error: null })
+          .values({
+            name: REINDEX_JOB,
+            requested_at: new Date().toISOString(),
+            started_at: null,
+            finished_at: null,
+            last_id: null,
+            done: 0,
+            total: null,
+            claimed_by: null,
+            claimed_until: null,
+            last_error: null,
+          })
           .execute();
         const a = new ReindexJob(store, { batch: 1, pauseMs: 200 });
         a.start();
@@ -302,7 +323,18 @@ describe.each(testEngines().filter((e) => e === 'postgres'))('re-index job on tw
         await dropIndexRows(one.db, engine);
         await jobs(one)
           .insertInto('maintenance_jobs')
-          .values({ name: REINDEX_JOB, requested_at: new Date().toISOString(), started_at: null, finished_at: null, last_id: null, done: 0, total: null, claimed_by: null, claimed_until: null, last_error: null })
+          .values({
+            name: REINDEX_JOB,
+            requested_at: new Date().toISOString(),
+            started_at: null,
+            finished_at: null,
+            last_id: null,
+            done: 0,
+            total: null,
+            claimed_by: null,
+            claimed_until: null,
+            last_error: null,
+          })
           .execute();
         const a = new ReindexJob(one, { batch: 1, pauseMs: 30 });
         const b = new ReindexJob(two, { batch: 1, pauseMs: 30 });

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEngines } from '../support/engines.js';
 import { Client, joinAs, signupHuman, startTestServer, type TestServer } from '../support/server.js';
 import { connectMcp } from '../mcp/support.js';
+import { waitForVectors } from '../support/embeddings-server.js';
 
 /**
  * Issue 11, item 2: search scores and plans must not be an oracle. A signed-up user of another
@@ -60,10 +61,15 @@ describe.each(testEngines())('trust: search is no oracle (%s)', (engine) => {
       ['quillwort flumdiddle', 'fts'],
       ['harbor zephyrine', 'hybrid'],
     ];
+    await waitForVectors(a);
     const before = [];
     for (const [q, m] of queries) before.push(await search(a, q, m));
     const mcpBefore = await (async () => {
-      const key = await a.post('/api/v1/principals', { name: 'observer', ceiling: 'internal', grants: [{ action: 'search', scope: '*', ceiling: 'internal' }] });
+      const key = await a.post('/api/v1/principals', {
+        name: 'observer',
+        ceiling: 'internal',
+        grants: [{ action: 'search', scope: '*', ceiling: 'internal' }],
+      });
       const k = await a.post(`/api/v1/principals/${key.body.id}/tokens`, { name: 'k' });
       return k.body.key as string;
     })();
@@ -73,10 +79,14 @@ describe.each(testEngines())('trust: search is no oracle (%s)', (engine) => {
 
     // Workspace B writes the words, many times, and the word A lacks.
     for (let i = 0; i < 40; i++) {
-      const r = await b.post('/api/v1/nodes', { path: `flood/p${i}.md`, content: `# Flood ${i}\n\nzephyrine ${'zephyrine '.repeat(i % 5)}quillwort flumdiddle flumdiddle harbor.\n` });
+      const r = await b.post('/api/v1/nodes', {
+        path: `flood/p${i}.md`,
+        content: `# Flood ${i}\n\nzephyrine ${'zephyrine '.repeat(i % 5)}quillwort flumdiddle flumdiddle harbor.\n`,
+      });
       expect(r.status).toBe(201);
     }
 
+    await waitForVectors(a);
     const after = [];
     for (const [q, m] of queries) after.push(await search(a, q, m));
     expect(after).toEqual(before);
@@ -106,14 +116,22 @@ describe.each(testEngines())('trust: search is no oracle (%s)', (engine) => {
 
   it("a viewer's scores do not move when pages above its ceiling hold the query's words", async () => {
     // A word in one page the viewer may read; then three secret pages get it too.
-    expect((await a.post('/api/v1/nodes', { path: 'notes/moon.md', content: '# Moon\n\nThe moonquill blooms at night, far from the harbor.\n' })).status).toBe(201);
+    expect((await a.post('/api/v1/nodes', { path: 'notes/moon.md', content: '# Moon\n\nThe moonquill blooms at night, far from the harbor.\n' })).status).toBe(
+      201,
+    );
+    // Hybrid answers fuse the vector list: compare only once the embedding worker has caught up.
+    await waitForVectors(a);
     const before = await search(aViewer, 'moonquill', 'fts');
     const beforeHybrid = await search(aViewer, 'moonquill flumdiddle', 'hybrid');
     expect(before.hits).toHaveLength(1);
     for (let i = 0; i < 3; i++) {
-      const r = await a.post('/api/v1/nodes', { path: `vault/s${i}.md`, content: `---\nsensitivity: secret\n---\n# Secret ${i}\n\nmoonquill and flumdiddle ${i}.\n` });
+      const r = await a.post('/api/v1/nodes', {
+        path: `vault/s${i}.md`,
+        content: `---\nsensitivity: secret\n---\n# Secret ${i}\n\nmoonquill and flumdiddle ${i}.\n`,
+      });
       expect(r.status).toBe(201);
     }
+    await waitForVectors(a);
     expect(await search(aViewer, 'moonquill', 'fts')).toEqual(before);
     expect(await search(aViewer, 'moonquill flumdiddle', 'hybrid')).toEqual(beforeHybrid);
     // The owner sees the secret pages; the viewer's answers said nothing of them.
@@ -126,13 +144,16 @@ describe.each(testEngines())('trust: search is no oracle (%s)', (engine) => {
       ['lvorder/heavy-sorrel.md', '# Dos\n\nsorrelbay sorrelbay sorrelbay sorrelbay glintarch.\n'],
     ];
     for (let i = 0; i < 4; i++) pages.push([`lvorder/sorrel-${i}.md`, `# Filler ${i}\n\nsorrelbay alone, note ${i}.\n`]);
-    for (const [path, content] of pages) expect((await a.post('/api/v1/nodes', { path, content: `---\nsensitivity: public\n---\n${content}` })).status).toBe(201);
+    for (const [path, content] of pages)
+      expect((await a.post('/api/v1/nodes', { path, content: `---\nsensitivity: public\n---\n${content}` })).status).toBe(201);
     const order = async () => (await aViewer.get('/api/v1/search?q=glintarch%20sorrelbay&mode=fts&limit=10')).body.results.map((h: { path: string }) => h.path);
     const before = await order();
     expect(before).toEqual(['lvorder/heavy-glint.md', 'lvorder/heavy-sorrel.md']);
     // Secret pages, and secret blocks in a public page, make glintarch the common word overall.
     for (let i = 0; i < 20; i++) {
-      expect((await a.post('/api/v1/nodes', { path: `lvault/g${i}.md`, content: `---\nsensitivity: secret\n---\n# Vault ${i}\n\nglintarch ${i}.\n` })).status).toBe(201);
+      expect(
+        (await a.post('/api/v1/nodes', { path: `lvault/g${i}.md`, content: `---\nsensitivity: secret\n---\n# Vault ${i}\n\nglintarch ${i}.\n` })).status,
+      ).toBe(201);
     }
     const blocks = Array.from({ length: 20 }, (_, i) => `## Part ${i}\n\n::: secret\nglintarch hidden ${i}.\n:::\n`).join('\n');
     expect((await a.post('/api/v1/nodes', { path: 'lvorder/blocks.md', content: `---\nsensitivity: public\n---\n# Blocks\n\n${blocks}` })).status).toBe(201);
@@ -141,20 +162,40 @@ describe.each(testEngines())('trust: search is no oracle (%s)', (engine) => {
     expect((await a.get('/api/v1/search?q=glintarch&mode=fts&limit=50')).body.results.length).toBeGreaterThan(20);
   });
 
-  it("an agent with a grant on one Space: pages elsewhere neither crowd out its results nor change its scores", async () => {
-    const key = await a.post('/api/v1/principals', { name: 'scoped', ceiling: 'internal', grants: [{ action: 'search', scope: 'scoped', ceiling: 'internal' }, { action: 'read', scope: 'scoped', ceiling: 'internal' }] });
+  it('an agent with a grant on one Space: pages elsewhere neither crowd out its results nor change its scores', async () => {
+    const key = await a.post('/api/v1/principals', {
+      name: 'scoped',
+      ceiling: 'internal',
+      grants: [
+        { action: 'search', scope: 'scoped', ceiling: 'internal' },
+        { action: 'read', scope: 'scoped', ceiling: 'internal' },
+      ],
+    });
     expect(key.status, key.text).toBe(201);
     const tok = (await a.post(`/api/v1/principals/${key.body.id}/tokens`, { name: 'k' })).body.key as string;
     const agent = new Client(s.url, tok);
     expect((await a.post('/api/v1/nodes', { path: 'scoped/notes.md', content: '# Notes\n\nA numbat once, and the kettle water boils.\n' })).status).toBe(201);
+    await waitForVectors(a);
     const fts = async () => (await agent.get('/api/v1/search?q=numbat&mode=fts&limit=10')).body.results.map((h: { path: string }) => h.path);
-    const weak = async () => (await agent.get('/api/v1/search?q=kettle%20water%20quarvelian&mode=hybrid&limit=10')).body.results.map((h: { path: string; score: number }) => [h.path, h.score]);
+    const weak = async () =>
+      (await agent.get('/api/v1/search?q=kettle%20water%20quarvelian&mode=hybrid&limit=10')).body.results.map((h: { path: string; score: number }) => [
+        h.path,
+        h.score,
+      ]);
     expect(await fts()).toEqual(['scoped/notes.md']);
     const weakBefore = await weak();
     // Outside its grant: many pages that bm25 prefers, and the word its query lacks.
     for (let i = 0; i < 25; i++) {
-      expect((await a.post('/api/v1/nodes', { path: `elsewhere/n${i}.md`, content: `---\ntitle: Numbat ${i}\n---\n# Numbat ${i}\n\nnumbat numbat numbat quarvelian.\n` })).status).toBe(201);
+      expect(
+        (
+          await a.post('/api/v1/nodes', {
+            path: `elsewhere/n${i}.md`,
+            content: `---\ntitle: Numbat ${i}\n---\n# Numbat ${i}\n\nnumbat numbat numbat quarvelian.\n`,
+          })
+        ).status,
+      ).toBe(201);
     }
+    await waitForVectors(a);
     expect(await fts()).toEqual(['scoped/notes.md']);
     expect(await weak()).toEqual(weakBefore);
   });

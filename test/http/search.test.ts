@@ -12,7 +12,6 @@ const enc = encodeURIComponent;
 
 type Hit = SearchHit;
 
-
 /** Search, backlinks and related over real HTTP. */
 describe.each(testEngines())('search, backlinks and related (%s)', (engine) => {
   let s: TestServer;
@@ -38,7 +37,16 @@ describe.each(testEngines())('search, backlinks and related (%s)', (engine) => {
     s = await startTestServer(engine);
     owner = (await signupHuman(s.url)).client;
     conf = (await createAgentWithKey(owner, [{ action: 'read' }, { action: 'search' }])).client;
-    internal = (await createAgentWithKey(owner, [{ action: 'read', ceiling: 'internal' }, { action: 'search', ceiling: 'internal' }], { ceiling: 'internal' })).client;
+    internal = (
+      await createAgentWithKey(
+        owner,
+        [
+          { action: 'read', ceiling: 'internal' },
+          { action: 'search', ceiling: 'internal' },
+        ],
+        { ceiling: 'internal' },
+      )
+    ).client;
     hrOnly = (await createAgentWithKey(owner, [{ action: 'search', scope: 'hr' }])).client;
     noSearch = (await createAgentWithKey(owner, [{ action: 'read' }])).client;
   });
@@ -189,7 +197,7 @@ describe.each(testEngines())('search, backlinks and related (%s)', (engine) => {
     expect(up.status, up.text).toBe(200);
     expect((await search(owner, { q: 'okapi' })).results).toEqual([]);
     expect(paths(await search(owner, { q: 'pangolin' }))).toEqual(['eng/life/okapi.md']);
-    expect(await health() >= at).toBe(true);
+    expect((await health()) >= at).toBe(true);
     at = await health();
 
     const mv = await owner.post(`/api/v1/nodes/${p.id}/move`, { to: 'eng/moved/pangolin.md' });
@@ -214,10 +222,65 @@ describe.each(testEngines())('search, backlinks and related (%s)', (engine) => {
   it('never answers 500 to odd queries', async () => {
     await create('eng/fuzz/f.md', '# Fuzz\n\nNEAR and OR and AND are words; C++ and "quoted" text; naïve café 東京.\n');
     const queries = [
-      '"', '""', '"unbalanced', 'AND', 'OR', 'NOT', 'NEAR', 'NEAR(a b, 2)', 'a AND', 'OR b', 'NOT x', '*', 'a*', '*a', '^a', 'a^2',
-      'col:val', 'title:fuzz', '(', ')', '((a)', '{a b}', '\\', "'", "'; drop table pages; --", '-', '--x', '+a +b', 'a & b | !c', '<->',
-      'a:*', '!', '@@', '%', '_', 'café', 'CAFE', 'naive', '東京', '🦄', '🦄 fuzz', 'مرحبا', 'e\u0301', '\u200b', '\ufeffword', '\u0301', '\u0301\u0301 a', 'ﬁle', '①②', 'Ⅻ', '𝔣𝔲𝔷𝔷', 'ß', 'İstanbul', 'x'.repeat(500),
-      Array.from({ length: 400 }, (_, i) => `w${i}`).join(' '), 'near or and', 'C++', 'quoted"text', '\u0000',
+      '"',
+      '""',
+      '"unbalanced',
+      'AND',
+      'OR',
+      'NOT',
+      'NEAR',
+      'NEAR(a b, 2)',
+      'a AND',
+      'OR b',
+      'NOT x',
+      '*',
+      'a*',
+      '*a',
+      '^a',
+      'a^2',
+      'col:val',
+      'title:fuzz',
+      '(',
+      ')',
+      '((a)',
+      '{a b}',
+      '\\',
+      "'",
+      "'; drop table pages; --",
+      '-',
+      '--x',
+      '+a +b',
+      'a & b | !c',
+      '<->',
+      'a:*',
+      '!',
+      '@@',
+      '%',
+      '_',
+      'café',
+      'CAFE',
+      'naive',
+      '東京',
+      '🦄',
+      '🦄 fuzz',
+      'مرحبا',
+      'e\u0301',
+      '\u200b',
+      '\ufeffword',
+      '\u0301',
+      '\u0301\u0301 a',
+      'ﬁle',
+      '①②',
+      'Ⅻ',
+      '𝔣𝔲𝔷𝔷',
+      'ß',
+      'İstanbul',
+      'x'.repeat(500),
+      Array.from({ length: 400 }, (_, i) => `w${i}`).join(' '),
+      'near or and',
+      'C++',
+      'quoted"text',
+      '\u0000',
     ];
     for (const q of queries) {
       for (const mode of ['fts', 'hybrid']) {
@@ -240,7 +303,21 @@ describe.each(testEngines())('search, backlinks and related (%s)', (engine) => {
     expectError(await owner.get('/api/v1/search?q=a&mode=magic'), 400, 'invalid_request');
     expectError(await owner.get('/api/v1/search?q=a&limit=0'), 400, 'invalid_request');
     expectError(await owner.get('/api/v1/search?q=a&limit=51'), 400, 'invalid_request');
-    for (const extra of ['space=%00', 'cluster=..%2F..', `cluster=${enc('a%_b')}`, `tags=${enc('"x",\'y\'')}`, 'cluster=/', 'space=', 'cluster=%00', 'tags=a%00', 'tags=%01', 'q=%ED%A0%80', 'q=%FF%FE', 'q=%', 'tags=']) {
+    for (const extra of [
+      'space=%00',
+      'cluster=..%2F..',
+      `cluster=${enc('a%_b')}`,
+      `tags=${enc('"x",\'y\'')}`,
+      'cluster=/',
+      'space=',
+      'cluster=%00',
+      'tags=a%00',
+      'tags=%01',
+      'q=%ED%A0%80',
+      'q=%FF%FE',
+      'q=%',
+      'tags=',
+    ]) {
       const res = await owner.get(`/api/v1/search?q=fuzz&${extra}`);
       expect([200, 400], `${extra}: ${res.status} ${res.text.slice(0, 200)}`).toContain(res.status);
     }
@@ -364,11 +441,17 @@ describe('keyword index upgrade to one table per workspace (sqlite)', () => {
       // workspace, kept by triggers (migrations 004 and 005).
       const store = await openStore({ dataDir: tdb.dataDir });
       const db = store.db;
-      const kw = (await sql<{ name: string }>`select name from sqlite_master where type = 'table' and name like 'kw%' and sql like 'CREATE VIRTUAL%'`.execute(db)).rows;
+      const kw = (
+        await sql<{ name: string }>`select name from sqlite_master where type = 'table' and name like 'kw%' and sql like 'CREATE VIRTUAL%'`.execute(db)
+      ).rows;
       expect(kw.length).toBeGreaterThanOrEqual(4);
       for (const t of kw) await sql`drop table ${sql.table(t.name)}`.execute(db);
-      await sql`create virtual table page_sections_fts using fts5(title, heading, text, content='page_sections', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2')`.execute(db);
-      await sql`create trigger page_sections_ai after insert on page_sections begin insert into page_sections_fts(rowid, title, heading, text) values (new.id, new.title, new.heading, new.text); end`.execute(db);
+      await sql`create virtual table page_sections_fts using fts5(title, heading, text, content='page_sections', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2')`.execute(
+        db,
+      );
+      await sql`create trigger page_sections_ai after insert on page_sections begin insert into page_sections_fts(rowid, title, heading, text) values (new.id, new.title, new.heading, new.text); end`.execute(
+        db,
+      );
       await sql`create virtual table page_sections_vocab using fts5vocab(page_sections_fts, 'row')`.execute(db);
       await sql`insert into page_sections_fts(page_sections_fts) values ('rebuild')`.execute(db);
       await sql`delete from schema_migrations where name = '009_keyword_per_workspace'`.execute(db);

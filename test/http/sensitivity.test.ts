@@ -17,7 +17,12 @@ describe.each(testEngines())('sensitivity and redaction (%s)', (engine) => {
     s = await startTestServer(engine);
     owner = (await signupHuman(s.url)).client;
     conf = (await createAgentWithKey(owner, [{ action: 'read' }, { action: 'write' }])).client;
-    internal = (await createAgentWithKey(owner, [{ action: 'read', ceiling: 'internal' }, { action: 'write', ceiling: 'internal' }])).client;
+    internal = (
+      await createAgentWithKey(owner, [
+        { action: 'read', ceiling: 'internal' },
+        { action: 'write', ceiling: 'internal' },
+      ])
+    ).client;
     engOnly = (await createAgentWithKey(owner, [{ action: 'read', scope: 'eng' }])).client;
     const pages: Record<string, string> = {
       plain: '# Plain\n\nNothing hidden.\n',

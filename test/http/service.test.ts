@@ -108,7 +108,12 @@ describe.each(testEngines())('health, OpenAPI and durability (%s)', (engine) => 
     expect(Date.parse(h2.body.indexed_at)).not.toBeNaN();
     const r = await c.get('/readyz');
     expect(r.status).toBe(200);
-    expect(r.body).toMatchObject({ status: 'ready', version: '0.1.0', database: { ok: true, engine }, embeddings: { provider: 'builtin', model: 'hashed-ngrams-v2', dimensions: 512 } });
+    expect(r.body).toMatchObject({
+      status: 'ready',
+      version: '0.1.0',
+      database: { ok: true, engine },
+      embeddings: { provider: 'builtin', model: 'hashed-ngrams-v2', dimensions: 512 },
+    });
     expect(r.body.embeddings.backlog).toBeGreaterThanOrEqual(0);
     expect(['ok', 'degraded']).toContain(r.body.embeddings.status);
     expect(r.body.git_sha).toMatch(/^([0-9a-f]{40}|unknown)$/);
@@ -181,7 +186,11 @@ describe.each(testEngines())('health, OpenAPI and durability (%s)', (engine) => 
     expect((await c.get('/api/v1/me')).status).toBe(200);
     // No API can move the clock: age the session row itself.
     const { principal } = (await res.json()) as { principal: { id: string } };
-    await s.ctx.store.db.updateTable('sessions').set({ expires_at: new Date(Date.now() - 1000).toISOString() }).where('principal_id', '=', principal.id).execute();
+    await s.ctx.store.db
+      .updateTable('sessions')
+      .set({ expires_at: new Date(Date.now() - 1000).toISOString() })
+      .where('principal_id', '=', principal.id)
+      .execute();
     const after = await c.get('/api/v1/me');
     expect(after.status).toBe(401);
     expect(after.body.code).toBe('session_expired');

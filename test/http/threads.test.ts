@@ -68,7 +68,14 @@ describe.each(testEngines())('threads (%s)', (engine) => {
     const both = [{ action: 'read' }, { action: 'collab' }];
     alpha = await createAgentWithKey(owner.client, both, { name: 'Alpha' });
     beta = await createAgentWithKey(owner.client, both, { name: 'Beta Bot' });
-    opsOnly = await createAgentWithKey(owner.client, [{ action: 'read', scope: 'ops' }, { action: 'collab', scope: 'ops' }], { name: 'Gamma' });
+    opsOnly = await createAgentWithKey(
+      owner.client,
+      [
+        { action: 'read', scope: 'ops' },
+        { action: 'collab', scope: 'ops' },
+      ],
+      { name: 'Gamma' },
+    );
     lowCeiling = await createAgentWithKey(owner.client, both, { name: 'Delta', ceiling: 'internal' });
     readOnly = await createAgentWithKey(owner.client, [{ action: 'read' }], { name: 'Reader' });
     page = await newPage();
@@ -100,9 +107,19 @@ describe.each(testEngines())('threads (%s)', (engine) => {
     });
     expect(first.body.id).toMatch(/^tm_/);
     // The alias path does the same.
-    const second = await alpha.client.post(`/api/v1/nodes/${enc(p.path)}/threads/messages`, { body: 'Ship it on Friday.', kind: 'answer', reply_to: first.body.id });
+    const second = await alpha.client.post(`/api/v1/nodes/${enc(p.path)}/threads/messages`, {
+      body: 'Ship it on Friday.',
+      kind: 'answer',
+      reply_to: first.body.id,
+    });
     expectStatus(second, 201);
-    expect(second.body).toMatchObject({ seq: 2, author: { id: alpha.id, name: 'Alpha', kind: 'agent' }, kind: 'answer', reply_to: first.body.id, thread: { agent_hops: 1 } });
+    expect(second.body).toMatchObject({
+      seq: 2,
+      author: { id: alpha.id, name: 'Alpha', kind: 'agent' },
+      kind: 'answer',
+      reply_to: first.body.id,
+      thread: { agent_hops: 1 },
+    });
     const third = await post(viewer.client, p.id, { body: 'ok' });
     expectStatus(third, 201);
     expect(third.body.kind).toBe('comment');
@@ -138,7 +155,14 @@ describe.each(testEngines())('threads (%s)', (engine) => {
         state: 'unread',
         page_id: p.id,
         proposal_id: null,
-        payload: { page_id: p.id, path: p.path, message_id: msg.body.id, author: { id: owner.id, name: 'Olive', kind: 'human' }, kind: 'comment', excerpt: 'Please review the numbers.' },
+        payload: {
+          page_id: p.id,
+          path: p.path,
+          message_id: msg.body.id,
+          author: { id: owner.id, name: 'Olive', kind: 'human' },
+          kind: 'comment',
+          excerpt: 'Please review the numbers.',
+        },
       });
     }
     // Not mentioned: nothing; the author never gets an event of their own message.
@@ -149,7 +173,11 @@ describe.each(testEngines())('threads (%s)', (engine) => {
     expectStatus(reply, 201);
     const got = (await inbox(owner.client)).filter((e) => e.payload.message_id === reply.body.id);
     expect(got).toHaveLength(1);
-    expect(got[0]).toMatchObject({ kind: 'reply', page_id: p.id, payload: { reply_to: msg.body.id, mentioned: false, author: { id: alpha.id, kind: 'agent' }, kind: 'answer' } });
+    expect(got[0]).toMatchObject({
+      kind: 'reply',
+      page_id: p.id,
+      payload: { reply_to: msg.body.id, mentioned: false, author: { id: alpha.id, kind: 'agent' }, kind: 'answer' },
+    });
 
     // Replying to yourself delivers nothing; a reply that also mentions the author gives one event.
     const self = await post(alpha.client, p.id, { body: 'And one more thing.', reply_to: reply.body.id });
@@ -210,7 +238,14 @@ describe.each(testEngines())('threads (%s)', (engine) => {
     const split = await createAgentWithKey(owner.client, [{ action: 'read' }, { action: 'collab', scope: 'ops' }], { name: 'Split' });
     expectError(await post(split.client, p.id, { body: 'hi' }), 403, 'forbidden');
     // A collab grant below the page's level is not enough either.
-    const lowCollab = await createAgentWithKey(owner.client, [{ action: 'read', ceiling: 'confidential' }, { action: 'collab', ceiling: 'internal' }], { name: 'LowCollab' });
+    const lowCollab = await createAgentWithKey(
+      owner.client,
+      [
+        { action: 'read', ceiling: 'confidential' },
+        { action: 'collab', ceiling: 'internal' },
+      ],
+      { name: 'LowCollab' },
+    );
     expectError(await post(lowCollab.client, secretish.id, { body: 'hi' }), 403, 'forbidden');
     expectStatus(await post(lowCollab.client, p.id, { body: 'hi' }), 201);
     for (const h of [viewer, editor, owner]) expectStatus(await post(h.client, p.id, { body: 'hello' }), 201);

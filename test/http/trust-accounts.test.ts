@@ -189,7 +189,8 @@ describe.each(testEngines())('trust: accounts and credentials (%s)', (engine) =>
     });
 
     it('invite-only: two first sign-ups at once, exactly one passes', async () => {
-      const attempt = (n: number) => new Client(server!.url).post('/api/v1/auth/signup', { email: `first-${n}-${Date.now()}@example.com`, password: PASSWORD, name: `First ${n}` });
+      const attempt = (n: number) =>
+        new Client(server!.url).post('/api/v1/auth/signup', { email: `first-${n}-${Date.now()}@example.com`, password: PASSWORD, name: `First ${n}` });
       const results = await Promise.all([attempt(1), attempt(2), attempt(3)]);
       expect(results.map((r) => r.status).sort()).toEqual([201, 403, 403]);
       for (const r of results.filter((x) => x.status === 403)) expect(r.body.code).toBe('invite_required');

@@ -35,7 +35,8 @@ describe.each(testEngines())('trust: agents, roles, elevations and lockdown (%s)
     expect(r.status, r.text).toBe(201);
     return r.body as { id: string; path: string };
   };
-  const auditActions = async () => (await s.ctx.store.db.selectFrom('audit_log').select(['action', 'detail']).where('workspace_id', '=', wsId).orderBy('seq').execute());
+  const auditActions = async () =>
+    await s.ctx.store.db.selectFrom('audit_log').select(['action', 'detail']).where('workspace_id', '=', wsId).orderBy('seq').execute();
 
   describe('item 4: a creator who is demoted or removed keeps no power through their agents', () => {
     it('demoted to viewer: the agent made as an editor can no longer write or read confidential; its grants are capped and audited; no write grant can be handed to it', async () => {
@@ -84,9 +85,12 @@ describe.each(testEngines())('trust: agents, roles, elevations and lockdown (%s)
       expect((await fresh.get(`/api/v1/nodes/${conf.id}`)).status).toBe(404);
     });
 
-    it('the cap holds at the root: grants written before the demotion by other means still do not exceed the creator\'s current role', async () => {
+    it("the cap holds at the root: grants written before the demotion by other means still do not exceed the creator's current role", async () => {
       const ed = await joinAs(owner, slug, 'editor');
-      const agent = await createAgentWithKey(ed.client, [{ action: 'read', ceiling: 'confidential' }, { action: 'write', ceiling: 'confidential' }]);
+      const agent = await createAgentWithKey(ed.client, [
+        { action: 'read', ceiling: 'confidential' },
+        { action: 'write', ceiling: 'confidential' },
+      ]);
       const conf = await page(`eng/${uniq('r')}.md`, 'confidential');
       // Demote by hand in the database (as a race or a missed path would leave it): grants untouched.
       await s.ctx.store.db.updateTable('members').set({ role: 'viewer' }).where('workspace_id', '=', wsId).where('principal_id', '=', ed.id).execute();
@@ -142,7 +146,11 @@ describe.each(testEngines())('trust: agents, roles, elevations and lockdown (%s)
       const who = await agent.client.get('/api/v1/whoami');
       expect(who.body.ceiling).toBe('secret');
       // When it ends (aged in the database: no API moves the clock), the secret page is gone again.
-      await s.ctx.store.db.updateTable('elevations').set({ expires_at: new Date(Date.now() - 1000).toISOString() }).where('id', '=', el.body.id).execute();
+      await s.ctx.store.db
+        .updateTable('elevations')
+        .set({ expires_at: new Date(Date.now() - 1000).toISOString() })
+        .where('id', '=', el.body.id)
+        .execute();
       expect((await agent.client.get(`/api/v1/nodes/${secret.id}`)).status).toBe(404);
     });
 

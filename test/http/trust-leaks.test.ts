@@ -74,7 +74,14 @@ describe.each(testEngines())('trust: small leaks (%s)', (engine) => {
 
   describe('item 11: context_log never creates a Space', () => {
     it('an unknown Space is unknown_scope naming the Spaces the caller can use (never hidden ones); a folder inside a known Space is fine', async () => {
-      const agent = await createAgentWithKey(owner, [{ action: 'propose', scope: '*', ceiling: 'internal' }, { action: 'read', scope: '*', ceiling: 'internal' }], { ceiling: 'internal' });
+      const agent = await createAgentWithKey(
+        owner,
+        [
+          { action: 'propose', scope: '*', ceiling: 'internal' },
+          { action: 'read', scope: '*', ceiling: 'internal' },
+        ],
+        { ceiling: 'internal' },
+      );
       const c = await connectMcp(s.url, agent.key);
       try {
         const r = await call(c, 'context_log', { scope: 'brand-new', entry: 'hello' });
@@ -97,7 +104,14 @@ describe.each(testEngines())('trust: small leaks (%s)', (engine) => {
 
   describe('item 9: small defects', () => {
     it('a log entry cannot open a ::: block in any container, so it cannot hide later entries', async () => {
-      const agent = await createAgentWithKey(owner, [{ action: 'propose', scope: '*', ceiling: 'internal' }, { action: 'read', scope: '*', ceiling: 'internal' }], { ceiling: 'internal' });
+      const agent = await createAgentWithKey(
+        owner,
+        [
+          { action: 'propose', scope: '*', ceiling: 'internal' },
+          { action: 'read', scope: '*', ceiling: 'internal' },
+        ],
+        { ceiling: 'internal' },
+      );
       const c = await connectMcp(s.url, agent.key);
       try {
         for (const entry of ['> ::: secret', '- ::: secret', '  ::: secret', '>> ::: confidential', '1. ::: secret', 'fine\n> ::: secret\nmore']) {
@@ -138,7 +152,10 @@ describe.each(testEngines())('trust: small leaks (%s)', (engine) => {
       expect(j.body.code).toBe('invalid_frontmatter');
       expect((await owner.get('/healthz')).status).toBe(200);
       // Ordinary nesting still works.
-      const fine = await owner.post('/api/v1/nodes', { path: 'deep/fine.md', content: '---\nowners: [{name: a, teams: [x, y]}]\nmeta:\n  a:\n    b: 1\n---\n# Fine\n' });
+      const fine = await owner.post('/api/v1/nodes', {
+        path: 'deep/fine.md',
+        content: '---\nowners: [{name: a, teams: [x, y]}]\nmeta:\n  a:\n    b: 1\n---\n# Fine\n',
+      });
       expect(fine.status, fine.text).toBe(201);
     });
 

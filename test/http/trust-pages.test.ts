@@ -13,7 +13,10 @@ import { call, connectMcp } from '../mcp/support.js';
 const PASSWORD = 'correct horse battery';
 const enc = encodeURIComponent;
 /** The git blob sha of a text, as git computes it: what a plain content hash would reveal. */
-const blobSha = (text: string) => createHash('sha1').update(`blob ${Buffer.byteLength(text)}\0${text}`).digest('hex');
+const blobSha = (text: string) =>
+  createHash('sha1')
+    .update(`blob ${Buffer.byteLength(text)}\0${text}`)
+    .digest('hex');
 
 describe.each(testEngines())('trust: pages, versions and validators (%s)', (engine) => {
   let s: TestServer;
@@ -63,7 +66,10 @@ describe.each(testEngines())('trust: pages, versions and validators (%s)', (engi
       // One answer for hidden and unknown: nothing tells them apart.
       expect(new Set(answers).size).toBe(1);
       // If-Match with the hidden version's hash: the same refusal.
-      const im = await editor.request('PUT', `/api/v1/nodes/${v1.id}`, { json: { content: '# Plan\n\nMy edit.\n' }, headers: { 'if-match': `"${v1.content_hash}"` } });
+      const im = await editor.request('PUT', `/api/v1/nodes/${v1.id}`, {
+        json: { content: '# Plan\n\nMy edit.\n' },
+        headers: { 'if-match': `"${v1.content_hash}"` },
+      });
       expect(im.status, im.text).toBe(400);
       expect(im.body.code).toBe('invalid_base');
       // PATCH would have rebuilt the page from that base: refused too.
@@ -76,7 +82,10 @@ describe.each(testEngines())('trust: pages, versions and validators (%s)', (engi
 
       // A readable base still merges: the editor's own stale write against v2.
       await write(owner, path, '---\nsensitivity: internal\n---\n# Plan\n\nNothing to see.\n\nOwner adds a line.\n', v1.id);
-      const merged = await editor.put(`/api/v1/nodes/${v1.id}`, { content: '---\nsensitivity: internal\n---\n# Plan (edited)\n\nNothing to see.\n', base_sha: v2.commit_sha });
+      const merged = await editor.put(`/api/v1/nodes/${v1.id}`, {
+        content: '---\nsensitivity: internal\n---\n# Plan (edited)\n\nNothing to see.\n',
+        base_sha: v2.commit_sha,
+      });
       expect(merged.status, merged.text).toBe(200);
       expect(merged.body.merged).toBe(true);
     });
@@ -125,7 +134,7 @@ describe.each(testEngines())('trust: pages, versions and validators (%s)', (engi
       expect(all.body.versions.map((v: { commit_sha: string }) => v.commit_sha)).toEqual([v4.commit_sha, v3.commit_sha, v2.commit_sha, v1.commit_sha]);
     });
 
-    it('diff needs both versions visible under the caller\'s grants: a version at a path outside them answers as one that never existed', async () => {
+    it("diff needs both versions visible under the caller's grants: a version at a path outside them answers as one that never existed", async () => {
       // An agent that reads `eng` only, at secret (granted with step-up), elevated: it may diff there.
       expect((await owner.post('/api/auth/stepup', { password: PASSWORD })).status).toBe(200);
       const agent = await createAgentWithKey(owner, [{ action: 'read', scope: 'eng', ceiling: 'secret' }], { ceiling: 'secret' });
@@ -187,7 +196,10 @@ describe.each(testEngines())('trust: pages, versions and validators (%s)', (engi
       // The editor sees the whole page: the real blob sha, and If-Match with it works.
       const e = await editor.get(`/api/v1/nodes/${page.id}`);
       expect(e.body.content_hash).toBe(blobSha(full));
-      const put = await editor.request('PUT', `/api/v1/nodes/${page.id}`, { json: { content: `${full}\nMore.\n` }, headers: { 'if-match': e.headers.get('etag')! } });
+      const put = await editor.request('PUT', `/api/v1/nodes/${page.id}`, {
+        json: { content: `${full}\nMore.\n` },
+        headers: { 'if-match': e.headers.get('etag')! },
+      });
       expect(put.status, put.text).toBe(200);
       // The viewer's validator is no base: a write with it is refused (and it could not write anyway).
       const vput = await viewer.request('PUT', `/api/v1/nodes/${page.id}`, { json: { content: 'x\n' }, headers: { 'if-match': a.headers.get('etag')! } });

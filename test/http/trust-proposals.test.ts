@@ -76,7 +76,11 @@ describe.each(testEngines())('trust: proposals (%s)', (engine) => {
   it('a clash at accept keeps the proposal open and shows the conflicting text; accepting with edited content resolves it', async () => {
     const agent = await proposer();
     const x = await page();
-    const pr = await agent.client.post('/api/v1/proposals', { node_id: x.id, content: ORIGINAL.replace('Run deploy.sh.', 'Run deploy-v2.sh.'), base_sha: x.commit_sha });
+    const pr = await agent.client.post('/api/v1/proposals', {
+      node_id: x.id,
+      content: ORIGINAL.replace('Run deploy.sh.', 'Run deploy-v2.sh.'),
+      base_sha: x.commit_sha,
+    });
     expect(pr.status).toBe(201);
     expect((await editor.put(`/api/v1/nodes/${x.id}`, { content: ORIGINAL.replace('Run deploy.sh.', 'Run deploy-v3.sh.') })).status).toBe(200);
     const acc = await owner.post(`/api/v1/proposals/${pr.body.id}/accept`);
@@ -89,7 +93,7 @@ describe.each(testEngines())('trust: proposals (%s)', (engine) => {
     expect(fixed.status, fixed.text).toBe(200);
   });
 
-  it('a base_sha that is not a readable version of the page is invalid_base: random, another page\'s, a hidden version\'s — the same answer, and no proposal', async () => {
+  it("a base_sha that is not a readable version of the page is invalid_base: random, another page's, a hidden version's — the same answer, and no proposal", async () => {
     const agent = await proposer();
     const x = await page();
     const other = await page();
@@ -171,9 +175,12 @@ describe.each(testEngines())('trust: proposals (%s)', (engine) => {
     expect(after.body.decision_reason).toMatch(/later write/);
   });
 
-  it('proposals are judged on the page as it is now: raised above a viewer, or moved out of an agent\'s scope, they disappear', async () => {
+  it("proposals are judged on the page as it is now: raised above a viewer, or moved out of an agent's scope, they disappear", async () => {
     const viewer = (await joinAs(owner, slug, 'viewer')).client;
-    const scoped = await createAgentWithKey(owner, [{ action: 'read', scope: 'ops' }, { action: 'propose', scope: 'ops' }]);
+    const scoped = await createAgentWithKey(owner, [
+      { action: 'read', scope: 'ops' },
+      { action: 'propose', scope: 'ops' },
+    ]);
     const x = await page();
     const pr = await owner.post('/api/v1/proposals', { node_id: x.id, content: `${ORIGINAL}\nMore.\n` });
     expect(pr.status).toBe(201);

@@ -15,14 +15,12 @@ interface SearchBody {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-
 async function search(c: Client, params: Record<string, string>): Promise<SearchBody> {
   const res = await c.get(`/api/v1/search?${new URLSearchParams(params).toString()}`);
   expect(res.status, res.text.slice(0, 300)).toBe(200);
   return res.body as SearchBody;
 }
 const paths = (r: SearchBody) => r.results.map((h) => h.path);
-
 
 /** Vector search over real HTTP, kept current through every kind of write and a restart. */
 describe.each(testEngines())('vector index consistency (%s)', (engine) => {
@@ -46,7 +44,16 @@ describe.each(testEngines())('vector index consistency (%s)', (engine) => {
     owner = h.client;
     ownerCookies = h.client.cookies;
     conf = (await createAgentWithKey(owner, [{ action: 'read' }, { action: 'search' }])).client;
-    internal = (await createAgentWithKey(owner, [{ action: 'read', ceiling: 'internal' }, { action: 'search', ceiling: 'internal' }], { ceiling: 'internal' })).client;
+    internal = (
+      await createAgentWithKey(
+        owner,
+        [
+          { action: 'read', ceiling: 'internal' },
+          { action: 'search', ceiling: 'internal' },
+        ],
+        { ceiling: 'internal' },
+      )
+    ).client;
   });
   afterAll(async () => {
     await server?.close();
@@ -94,7 +101,10 @@ describe.each(testEngines())('vector index consistency (%s)', (engine) => {
     expect(arch.results[0]).toMatchObject({ path: 'eng/moved/pangolin.md', state: 'archived' });
     expect((await owner.post(`/api/v1/nodes/${p.id}/restore`)).status).toBe(200);
     await waitForVectors(owner);
-    expect((await search(owner, { q: 'pangolin keratin scales', mode: 'vector' })).results[0]).toMatchObject({ path: 'eng/moved/pangolin.md', state: 'active' });
+    expect((await search(owner, { q: 'pangolin keratin scales', mode: 'vector' })).results[0]).toMatchObject({
+      path: 'eng/moved/pangolin.md',
+      state: 'active',
+    });
 
     // Delete: gone in every mode, archived or not.
     expect((await owner.post('/api/auth/stepup', { password: 'correct horse battery' })).status).toBe(200);
@@ -103,7 +113,10 @@ describe.each(testEngines())('vector index consistency (%s)', (engine) => {
     await waitForVectors(owner);
     for (const mode of ['vector', 'hybrid']) {
       const r = await search(owner, { q: 'pangolin keratin scales', mode, include_archived: 'true' });
-      expect(r.results.map((h) => h.id), mode).not.toContain(p.id);
+      expect(
+        r.results.map((h) => h.id),
+        mode,
+      ).not.toContain(p.id);
     }
     // A new page at the old path is a new page, found by its own words only.
     const again = await create('eng/moved/pangolin.md', '# Tortoise\n\nThe tortoise carries its shell slowly.\n');
@@ -129,20 +142,23 @@ describe.each(testEngines())('vector index consistency (%s)', (engine) => {
   });
 
   it('never lets a hidden block or a page above the ceiling answer a vector query', async () => {
-    const marmot = await create('eng/redact/marmot.md', [
-      '# Marmot runbook',
-      '',
-      'The marmot service restarts nightly.',
-      '',
-      '::: secret',
-      'The swordfish password unlocks the obsidian vault.',
-      ':::',
-      '',
-      '::: confidential',
-      'Call the pelican hotline for tangerine recovery.',
-      ':::',
-      '',
-    ].join('\n'));
+    const marmot = await create(
+      'eng/redact/marmot.md',
+      [
+        '# Marmot runbook',
+        '',
+        'The marmot service restarts nightly.',
+        '',
+        '::: secret',
+        'The swordfish password unlocks the obsidian vault.',
+        ':::',
+        '',
+        '::: confidential',
+        'Call the pelican hotline for tangerine recovery.',
+        ':::',
+        '',
+      ].join('\n'),
+    );
     const secretPage = await create('eng/redact/kraken.md', '---\nsensitivity: secret\n---\n# Kraken ledger\n\nThe kraken ledger lists barnacle accounts.\n');
     const confPage = await create('eng/redact/walrus.md', '---\nsensitivity: confidential\n---\n# Walrus memo\n\nThe walrus memo covers iceberg budgets.\n');
     await waitForVectors(owner);
@@ -213,7 +229,13 @@ describe.each(testEngines())('changing the embeddings provider or model (%s)', (
     const fake = await embeddingsServer();
     let server: RunningServer | undefined;
     try {
-      server = await startServerOn(tdb, { EMBEDDINGS: 'openai', EMBEDDINGS_URL: fake.url, EMBEDDINGS_MODEL: 'fake-hash-16', EMBEDDINGS_TIMEOUT_MS: '2000', EMBEDDINGS_MAX_RETRIES: '0' });
+      server = await startServerOn(tdb, {
+        EMBEDDINGS: 'openai',
+        EMBEDDINGS_URL: fake.url,
+        EMBEDDINGS_MODEL: 'fake-hash-16',
+        EMBEDDINGS_TIMEOUT_MS: '2000',
+        EMBEDDINGS_MAX_RETRIES: '0',
+      });
       const h = await signupHuman(server.url);
       const page = await h.client.post('/api/v1/nodes', { path: 'zoo/stale.md', content: '# Okapi\n\nThe okapi lives in the rainforest.\n' });
       expect(page.status).toBe(201);
@@ -259,7 +281,13 @@ describe.each(testEngines())('changing the embeddings provider or model (%s)', (
       await server.close();
       server = undefined;
 
-      const openai = { EMBEDDINGS: 'openai', EMBEDDINGS_URL: fake.url, EMBEDDINGS_MODEL: 'fake-hash-16', EMBEDDINGS_TIMEOUT_MS: '2000', EMBEDDINGS_MAX_RETRIES: '0' };
+      const openai = {
+        EMBEDDINGS: 'openai',
+        EMBEDDINGS_URL: fake.url,
+        EMBEDDINGS_MODEL: 'fake-hash-16',
+        EMBEDDINGS_TIMEOUT_MS: '2000',
+        EMBEDDINGS_MAX_RETRIES: '0',
+      };
       server = await startServerOn(tdb, openai);
       const c = new Client(server.url);
       c.cookies = h.client.cookies;
@@ -271,7 +299,8 @@ describe.each(testEngines())('changing the embeddings provider or model (%s)', (
       expect(r1.body.embeddings).toMatchObject({ status: 'ok', provider: 'openai', model: 'fake-hash-16', dimensions: 16, backlog: 0, last_error: null });
       // Every section went to the local server (archived pages too: include_archived finds them).
       const sent = fake.inputs.join('\n---\n');
-      for (const words of ['okapi lives in the rainforest', 'kiwi bird cannot fly', 'A kiwi egg is huge', 'lemurs sunbathe', 'The dodo is gone']) expect(sent).toContain(words);
+      for (const words of ['okapi lives in the rainforest', 'kiwi bird cannot fly', 'A kiwi egg is huge', 'lemurs sunbathe', 'The dodo is gone'])
+        expect(sent).toContain(words);
       expect(new Set(fake.models)).toEqual(new Set(['fake-hash-16']));
 
       const before = fake.inputs.length;

@@ -87,7 +87,11 @@ describe.each(testEngines())('workspaces (%s)', (engine) => {
   it('bad workspace input is 400 invalid_request', async () => {
     const bad: unknown[] = [{}, { name: '' }, { name: '   ' }, { name: 42 }, { name: 'x'.repeat(101) }, { name: 'ok', slug: 'mine' }, { name: 'a\nb' }];
     for (const body of bad) expectError(await ann.client.post('/api/v1/workspaces', body), 400, 'invalid_request');
-    expectError(await ann.client.request('POST', '/api/v1/workspaces', { body: '{"name":', headers: { 'content-type': 'application/json' } }), 400, 'invalid_json');
+    expectError(
+      await ann.client.request('POST', '/api/v1/workspaces', { body: '{"name":', headers: { 'content-type': 'application/json' } }),
+      400,
+      'invalid_json',
+    );
   });
 
   it('an agent sees its one workspace with no role, and cannot create workspaces', async () => {
@@ -194,7 +198,13 @@ describe.each(testEngines())('members (%s)', (engine) => {
     // Setting the same role again changes nothing and adds no audit entry.
     const before = await s.ctx.store.db.selectFrom('audit_log').select('seq').where('workspace_id', '=', team.id).where('action', '=', 'member.role').execute();
     expectStatus(await ann.client.patch(`/api/v1/members/${bob.id}`, { role: 'editor' }), 200);
-    const after = await s.ctx.store.db.selectFrom('audit_log').selectAll().where('workspace_id', '=', team.id).where('action', '=', 'member.role').orderBy('seq').execute();
+    const after = await s.ctx.store.db
+      .selectFrom('audit_log')
+      .selectAll()
+      .where('workspace_id', '=', team.id)
+      .where('action', '=', 'member.role')
+      .orderBy('seq')
+      .execute();
     expect(after.length).toBe(before.length);
     expect(after.map((e) => JSON.parse(e.detail))).toEqual([
       { member: bob.id, from: 'editor', to: 'viewer' },
@@ -304,7 +314,13 @@ describe.each(testEngines())('members (%s)', (engine) => {
     expectStatus(again, 200);
     expect(again.body.left).toBe(true);
     expect((await ann.client.get('/api/v1/members')).body.members.map((m: any) => m.id)).not.toContain(eve.id);
-    const actions = await s.ctx.store.db.selectFrom('audit_log').select('action').where('workspace_id', '=', team.id).where('principal_id', '=', eve.id).orderBy('seq').execute();
+    const actions = await s.ctx.store.db
+      .selectFrom('audit_log')
+      .select('action')
+      .where('workspace_id', '=', team.id)
+      .where('principal_id', '=', eve.id)
+      .orderBy('seq')
+      .execute();
     expect(actions.map((a) => a.action)).toEqual(['invite.accept', 'member.leave', 'invite.accept', 'member.leave']);
   });
 
@@ -404,7 +420,13 @@ describe.each(testEngines())('display name (%s)', (engine) => {
     const max = 'é'.repeat(100);
     expectStatus(await ann.client.patch('/api/v1/me', { name: max }), 200);
     expect((await ann.client.get('/api/v1/me')).body.name).toBe(max);
-    const audit = await s.ctx.store.db.selectFrom('audit_log').selectAll().where('workspace_id', '=', ann.workspace.id).where('action', '=', 'account.name').orderBy('seq').execute();
+    const audit = await s.ctx.store.db
+      .selectFrom('audit_log')
+      .selectAll()
+      .where('workspace_id', '=', ann.workspace.id)
+      .where('action', '=', 'account.name')
+      .orderBy('seq')
+      .execute();
     expect(audit.map((e) => JSON.parse(e.detail))).toEqual([
       { from: 'Ann', to: 'Ann Smith' },
       { from: 'Ann Smith', to: max },
@@ -413,7 +435,16 @@ describe.each(testEngines())('display name (%s)', (engine) => {
 
   it('empty, too long, wrong type, unknown fields and control characters are 400; the name stays', async () => {
     expectStatus(await ann.client.patch('/api/v1/me', { name: 'Ann' }), 200);
-    const bad: unknown[] = [{ name: '' }, { name: '    ' }, { name: 'x'.repeat(101) }, { name: 7 }, {}, { name: 'Ann', email: 'x@example.com' }, { name: 'A\nB' }, { name: 'Ann <ann@x>' }];
+    const bad: unknown[] = [
+      { name: '' },
+      { name: '    ' },
+      { name: 'x'.repeat(101) },
+      { name: 7 },
+      {},
+      { name: 'Ann', email: 'x@example.com' },
+      { name: 'A\nB' },
+      { name: 'Ann <ann@x>' },
+    ];
     for (const body of bad) expectError(await ann.client.patch('/api/v1/me', body), 400, 'invalid_request');
     expect((await ann.client.get('/api/v1/me')).body.name).toBe('Ann');
   });

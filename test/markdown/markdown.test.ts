@@ -287,9 +287,7 @@ describe('sections', () => {
 
   it('omits a blank preamble', () => {
     expect(extractSections('\n\n# A\nx\n').map((s) => s.heading)).toEqual(['A']);
-    expect(extractSections('just text\n')).toEqual([
-      { heading: '', level: 0, startLine: 0, endLine: 1, text: 'just text\n' },
-    ]);
+    expect(extractSections('just text\n')).toEqual([{ heading: '', level: 0, startLine: 0, endLine: 1, text: 'just text\n' }]);
   });
 
   it('keeps CRLF text and does not section on headings inside quotes or lists', () => {
@@ -301,9 +299,7 @@ describe('sections', () => {
   });
 
   it('findSection includes nested sub-sections', () => {
-    expect(findSection(body, 'setup')).toBe(
-      lines('## Setup', 'install things', '### Linux', 'apt', '```', '# not a heading', '```'),
-    );
+    expect(findSection(body, 'setup')).toBe(lines('## Setup', 'install things', '### Linux', 'apt', '```', '# not a heading', '```'));
     expect(findSection(body, 'Guide')).toBe(body.slice(body.indexOf('# Guide'), body.indexOf('# Appendix')));
   });
 
@@ -331,8 +327,7 @@ describe('sensitivity blocks', () => {
   const hideAbove =
     (ceiling: Level) =>
     (level: Level): boolean =>
-      ['public', 'internal', 'confidential', 'secret'].indexOf(level) <=
-      ['public', 'internal', 'confidential', 'secret'].indexOf(ceiling);
+      ['public', 'internal', 'confidential', 'secret'].indexOf(level) <= ['public', 'internal', 'confidential', 'secret'].indexOf(ceiling);
 
   it('finds blocks with line ranges covering the fences', () => {
     const body = lines('intro', '::: secret', 'pw', ':::', 'after');
@@ -398,21 +393,7 @@ describe('sensitivity blocks', () => {
   });
 
   it('redacts the outermost hidden block and keeps the rest byte for byte', () => {
-    const body = lines(
-      'Intro  with  spaces\t',
-      '::: confidential',
-      'c1',
-      '::: secret',
-      's',
-      ':::',
-      'c2',
-      ':::',
-      '',
-      '::: public',
-      'p',
-      ':::',
-      'tail',
-    );
+    const body = lines('Intro  with  spaces\t', '::: confidential', 'c1', '::: secret', 's', ':::', 'c2', ':::', '', '::: public', 'p', ':::', 'tail');
     expect(redactBlocks(body, hideAbove('internal'))).toBe(lines('Intro  with  spaces\t', '[redacted]', '', '::: public', 'p', ':::', 'tail'));
     expect(redactBlocks(body, hideAbove('confidential'))).toBe(
       lines('Intro  with  spaces\t', '::: confidential', 'c1', '[redacted]', 'c2', ':::', '', '::: public', 'p', ':::', 'tail'),
@@ -454,9 +435,7 @@ describe('sensitivity blocks', () => {
 
   it('redactDocument keeps the frontmatter and redacts the body', () => {
     const raw = lines('---', 'title: "::: secret"', 'sensitivity: internal', '---', 'x', '::: secret', 'pw', ':::', 'y');
-    expect(redactDocument(raw, hideAbove('confidential'))).toBe(
-      lines('---', 'title: "::: secret"', 'sensitivity: internal', '---', 'x', '[redacted]', 'y'),
-    );
+    expect(redactDocument(raw, hideAbove('confidential'))).toBe(lines('---', 'title: "::: secret"', 'sensitivity: internal', '---', 'x', '[redacted]', 'y'));
     expect(redactDocument('no fm\n::: secret\n', () => false)).toBe('no fm\n[redacted]\n');
   });
 });

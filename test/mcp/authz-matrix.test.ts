@@ -57,7 +57,12 @@ const FB = 'forbidden';
 const readLike: Record<Caller, string> = { full: OK, noGrant: FB, lowCeiling: NF, foreign: NF, demoted: NF, elevated: OK };
 
 const ROWS: ToolRow[] = [
-  { tool: 'context_bundle', grant: 'read', args: async () => ({ intent: 'matrix page body' }), expect: { ...readLike, lowCeiling: OK, foreign: OK, demoted: OK } },
+  {
+    tool: 'context_bundle',
+    grant: 'read',
+    args: async () => ({ intent: 'matrix page body' }),
+    expect: { ...readLike, lowCeiling: OK, foreign: OK, demoted: OK },
+  },
   { tool: 'context_search', grant: 'search', args: async () => ({ query: 'matrix' }), expect: { ...readLike, lowCeiling: OK, foreign: OK, demoted: OK } },
   { tool: 'search', grant: 'search', args: async () => ({ query: 'matrix' }), expect: { ...readLike, lowCeiling: OK, foreign: OK, demoted: OK } },
   { tool: 'context_get', grant: 'read', args: async (f, s) => ({ id: f.shared[s].id }), expect: readLike },
@@ -90,7 +95,12 @@ const ROWS: ToolRow[] = [
     expect: { ...readLike, elevated: FB },
   },
   // The demoted agent lost its write grant with its creator's role: refused before the page is looked up.
-  { tool: 'context_restore', grant: 'write', args: async (f, s) => ({ id: (await f.page(s, { archived: true })).id }), expect: { ...readLike, demoted: FB, elevated: FB } },
+  {
+    tool: 'context_restore',
+    grant: 'write',
+    args: async (f, s) => ({ id: (await f.page(s, { archived: true })).id }),
+    expect: { ...readLike, demoted: FB, elevated: FB },
+  },
   {
     tool: 'collab_post',
     grant: 'collab',
@@ -98,9 +108,19 @@ const ROWS: ToolRow[] = [
     // The elevated agent reads the secret page, but its collab grant stops at confidential.
     expect: { ...readLike, elevated: FB },
   },
-  { tool: 'context_log', grant: 'propose', args: async () => ({ scope: 'vault', entry: 'matrix entry' }), expect: { full: OK, noGrant: FB, lowCeiling: OK, foreign: 'unknown_scope', demoted: OK, elevated: OK } },
+  {
+    tool: 'context_log',
+    grant: 'propose',
+    args: async () => ({ scope: 'vault', entry: 'matrix entry' }),
+    expect: { full: OK, noGrant: FB, lowCeiling: OK, foreign: 'unknown_scope', demoted: OK, elevated: OK },
+  },
   { tool: 'collab_inbox', grant: null, args: async () => ({}), expect: { full: OK, noGrant: OK, lowCeiling: OK, foreign: OK, demoted: OK, elevated: OK } },
-  { tool: 'collab_ack', grant: null, args: async () => ({ up_to: 0 }), expect: { full: OK, noGrant: OK, lowCeiling: OK, foreign: OK, demoted: OK, elevated: OK } },
+  {
+    tool: 'collab_ack',
+    grant: null,
+    args: async () => ({ up_to: 0 }),
+    expect: { full: OK, noGrant: OK, lowCeiling: OK, foreign: OK, demoted: OK, elevated: OK },
+  },
   { tool: 'context_whoami', grant: null, args: async () => ({}), expect: { full: OK, noGrant: OK, lowCeiling: OK, foreign: OK, demoted: OK, elevated: OK } },
 ];
 
@@ -176,7 +196,10 @@ describe.each(testEngines())('MCP authorization matrix, alone and in a batch (%s
     };
     const shared = {} as Fixtures['shared'];
     for (const sens of ['internal', 'confidential', 'secret'] as const) {
-      const r = await admin.post('/api/v1/nodes', { path: `vault/read/${sens}.md`, content: `---\nsensitivity: ${sens}\n---\n# Matrix page\n\nBody of a matrix page.\n` });
+      const r = await admin.post('/api/v1/nodes', {
+        path: `vault/read/${sens}.md`,
+        content: `---\nsensitivity: ${sens}\n---\n# Matrix page\n\nBody of a matrix page.\n`,
+      });
       expect(r.status, r.text).toBe(201);
       shared[sens] = { id: r.body.id, path: r.body.path };
     }
@@ -201,7 +224,8 @@ describe.each(testEngines())('MCP authorization matrix, alone and in a batch (%s
         const client = await mcp(keyFor(caller, row.grant));
         const r = await client.callTool({ name: row.tool, arguments: await row.args(f, SENS[caller]) });
         const got = outcomeOf(r as { isError?: boolean; content?: unknown });
-        if (got !== row.expect[caller]) wrong.push(`${row.tool} × ${caller}: expected ${row.expect[caller]}, got ${got} ${JSON.stringify(r.content).slice(0, 300)}`);
+        if (got !== row.expect[caller])
+          wrong.push(`${row.tool} × ${caller}: expected ${row.expect[caller]}, got ${got} ${JSON.stringify(r.content).slice(0, 300)}`);
       }
       expect(wrong).toEqual([]);
     });
@@ -216,7 +240,8 @@ describe.each(testEngines())('MCP authorization matrix, alone and in a batch (%s
       const wrong: string[] = [];
       for (const [key, rows] of byKey) {
         const batch = [];
-        for (const row of rows) batch.push({ jsonrpc: '2.0', id: row.tool, method: 'tools/call', params: { name: row.tool, arguments: await row.args(f, SENS[caller]) } });
+        for (const row of rows)
+          batch.push({ jsonrpc: '2.0', id: row.tool, method: 'tools/call', params: { name: row.tool, arguments: await row.args(f, SENS[caller]) } });
         const res = await fetch(`${s.url}/mcp`, {
           method: 'POST',
           headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
@@ -228,7 +253,10 @@ describe.each(testEngines())('MCP authorization matrix, alone and in a batch (%s
         for (const row of rows) {
           const a = answers.find((x) => x.id === row.tool)!;
           const got = a.result ? outcomeOf(a.result) : `json-rpc error ${JSON.stringify(a.error)}`;
-          if (got !== row.expect[caller]) wrong.push(`${row.tool} × ${caller} (batch): expected ${row.expect[caller]}, got ${got} ${JSON.stringify(a.result?.content ?? a.error).slice(0, 300)}`);
+          if (got !== row.expect[caller])
+            wrong.push(
+              `${row.tool} × ${caller} (batch): expected ${row.expect[caller]}, got ${got} ${JSON.stringify(a.result?.content ?? a.error).slice(0, 300)}`,
+            );
         }
       }
       expect(wrong).toEqual([]);

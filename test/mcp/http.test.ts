@@ -28,7 +28,8 @@ async function raw(base: string, path: string, init: { method?: string; token?: 
   return { status: res.status, headers: res.headers, text, json };
 }
 
-const rpc = (method: string, params?: unknown, id: number | string = 1) => JSON.stringify({ jsonrpc: '2.0', id, method, ...(params !== undefined ? { params } : {}) });
+const rpc = (method: string, params?: unknown, id: number | string = 1) =>
+  JSON.stringify({ jsonrpc: '2.0', id, method, ...(params !== undefined ? { params } : {}) });
 
 /** A JSON-RPC error body, never the REST one. */
 function expectRpcError(r: Raw, status: number, rpcCode?: number, textCode?: string): void {
@@ -72,7 +73,9 @@ describe.each(testEngines())('MCP over HTTP (%s)', (engine) => {
       for (const token of ['ak_nope', 'gt_whatever', 'oa_whatever', 'sk_other']) {
         const r = await raw(s.url, '/mcp', { token, body: rpc('tools/list') });
         expectRpcError(r, 401, -32000, 'invalid_token');
-        expect(r.headers.get('www-authenticate')).toMatch(/^Bearer error="invalid_token", resource_metadata="https:\/\/vault\.example\.com\/\.well-known\/oauth-protected-resource\/mcp"$/);
+        expect(r.headers.get('www-authenticate')).toMatch(
+          /^Bearer error="invalid_token", resource_metadata="https:\/\/vault\.example\.com\/\.well-known\/oauth-protected-resource\/mcp"$/,
+        );
       }
       const basic = await raw(s.url, '/mcp', { body: rpc('tools/list'), headers: { authorization: `Basic ${Buffer.from(`x:${key}`).toString('base64')}` } });
       expect(basic.status).toBe(401);
@@ -165,7 +168,14 @@ describe.each(testEngines())('MCP over HTTP (%s)', (engine) => {
       expectRpcError(await raw(s.url, '/mcp', { token: key, body: many }), 400, -32600);
       expectRpcError(await raw(s.url, '/mcp', { token: key, body: rpc('tools/list'), headers: { 'mcp-protocol-version': '1999-01-01' } }), 400, -32000);
       expect((await raw(s.url, '/mcp', { token: key, body: rpc('tools/list'), headers: { 'mcp-protocol-version': '2025-06-18' } })).status).toBe(200);
-      const twoInits = JSON.stringify([1, 2].map((id) => ({ jsonrpc: '2.0', id, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'x', version: '1' } } })));
+      const twoInits = JSON.stringify(
+        [1, 2].map((id) => ({
+          jsonrpc: '2.0',
+          id,
+          method: 'initialize',
+          params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'x', version: '1' } },
+        })),
+      );
       expectRpcError(await raw(s.url, '/mcp', { token: key, body: twoInits }), 400, -32600);
       // Only notifications: accepted, no body.
       const n = await raw(s.url, '/mcp', { token: key, body: JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }) });
@@ -177,9 +187,19 @@ describe.each(testEngines())('MCP over HTTP (%s)', (engine) => {
       expectRpcError(await raw(s.url, '/mcp', { token: key, body: '{"jsonrpc": "2.0", "id": 1, "method": ' }), 400, -32700);
       expectRpcError(await raw(s.url, '/mcp', { token: key, body: '' }), 400, -32700);
       expectRpcError(await raw(s.url, '/mcp', { token: key, body: '{"hello": "world"}' }), 400);
-      expectRpcError(await raw(s.url, '/mcp', { token: key, body: rpc('tools/list'), headers: { 'content-type': 'text/plain' } }), 415, -32000, 'unsupported_media_type');
+      expectRpcError(
+        await raw(s.url, '/mcp', { token: key, body: rpc('tools/list'), headers: { 'content-type': 'text/plain' } }),
+        415,
+        -32000,
+        'unsupported_media_type',
+      );
       expectRpcError(await raw(s.url, '/mcp', { token: key, body: rpc('tools/list'), headers: { accept: 'text/html' } }), 406);
-      expectRpcError(await raw(s.url, '/mcp', { token: key, body: `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"x":"${'a'.repeat(4 * 1024 * 1024)}"}}` }), 413, -32000, 'payload_too_large');
+      expectRpcError(
+        await raw(s.url, '/mcp', { token: key, body: `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"x":"${'a'.repeat(4 * 1024 * 1024)}"}}` }),
+        413,
+        -32000,
+        'payload_too_large',
+      );
 
       const unknownMethod = await raw(s.url, '/mcp', { token: key, body: rpc('no/such/method') });
       expect(unknownMethod.status).toBe(200);

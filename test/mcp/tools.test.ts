@@ -30,7 +30,9 @@ describe.each(testEngines())('MCP tools (%s)', (engine) => {
     const h = await signupHuman(s.url, 'Olive');
     owner = h.client;
     ownerId = h.id;
-    const a = await createAgentWithKey(owner, [{ action: 'read' }, { action: 'write' }, { action: 'search' }, { action: 'propose' }, { action: 'collab' }], { name: 'Scribe' });
+    const a = await createAgentWithKey(owner, [{ action: 'read' }, { action: 'write' }, { action: 'search' }, { action: 'propose' }, { action: 'collab' }], {
+      name: 'Scribe',
+    });
     fullId = a.id;
     fullRest = a.client;
     full = await connectMcp(s.url, a.key);
@@ -84,7 +86,11 @@ describe.each(testEngines())('MCP tools (%s)', (engine) => {
     it('keeps the tools/list answer small', async () => {
       const res = await fetch(`${s.url}/mcp`, {
         method: 'POST',
-        headers: { authorization: `Bearer ${(await createAgentWithKey(owner, [{ action: 'read' }])).key}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+        headers: {
+          authorization: `Bearer ${(await createAgentWithKey(owner, [{ action: 'read' }])).key}`,
+          'content-type': 'application/json',
+          accept: 'application/json, text/event-stream',
+        },
         body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
       });
       const text = await res.text();
@@ -109,7 +115,10 @@ describe.each(testEngines())('MCP tools (%s)', (engine) => {
       const r = await full.readResource({ uri: 'service://index' });
       const body = JSON.parse((r.contents[0] as { text: string }).text);
       expect(body.spaces).toEqual(
-        expect.arrayContaining([{ id: 'docs', name: 'Docs', summary: 'Handbooks' }, { id: 'eng', name: 'eng', summary: '' }]),
+        expect.arrayContaining([
+          { id: 'docs', name: 'Docs', summary: 'Handbooks' },
+          { id: 'eng', name: 'eng', summary: '' },
+        ]),
       );
       const none = await collabOnly.readResource({ uri: 'service://index' });
       expect(JSON.parse((none.contents[0] as { text: string }).text)).toEqual({ spaces: [] });
@@ -150,7 +159,12 @@ describe.each(testEngines())('MCP tools (%s)', (engine) => {
       expect(merged).toMatchObject({ merged: true, changed: true });
       expect((await owner.get(`/api/v1/nodes/${base.id}?format=md`)).text).toBe('# M\n\nALPHA\n\nbeta\n\nGAMMA\n');
 
-      const text = await fails(full, 'context_write', { path: 'eng/notes/merge.md', content: '# M\n\nAlpha!\n\nbeta\n\ngamma\n', base_sha: base.content_hash }, 'conflict');
+      const text = await fails(
+        full,
+        'context_write',
+        { path: 'eng/notes/merge.md', content: '# M\n\nAlpha!\n\nbeta\n\ngamma\n', base_sha: base.content_hash },
+        'conflict',
+      );
       const id = /\(proposal (pp_[0-9a-z]+) created\)$/.exec(text)?.[1];
       expect(id, text).toBeDefined();
       const pr = await owner.get(`/api/v1/proposals/${id}`);
@@ -167,7 +181,9 @@ describe.each(testEngines())('MCP tools (%s)', (engine) => {
       expect(created.proposal).toMatchObject({ kind: 'create', path: 'eng/ideas/new.md', node_id: null });
 
       const page = await ok(full, 'context_write', { path: 'eng/notes/patch.md', content: '# P\n\nline one\nline two\n' });
-      const patch = ['--- a/eng/notes/patch.md', '+++ b/eng/notes/patch.md', '@@ -1,4 +1,4 @@', ' # P', ' ', ' line one', '-line two', '+line 2', ''].join('\n');
+      const patch = ['--- a/eng/notes/patch.md', '+++ b/eng/notes/patch.md', '@@ -1,4 +1,4 @@', ' # P', ' ', ' line one', '-line two', '+line 2', ''].join(
+        '\n',
+      );
       const byPatch = await ok(proposer, 'context_propose', { id: page.id, patch, reason: 'digits' });
       const rest = await owner.get(`/api/v1/proposals/${byPatch.proposal.id}`);
       expect(rest.body).toMatchObject({ status: 'open', origin: 'propose', base_hash: page.content_hash, content: '# P\n\nline one\nline 2\n' });
@@ -204,7 +220,9 @@ describe.each(testEngines())('MCP tools (%s)', (engine) => {
       expect(first.path).toBe('eng/runbooks/log.md');
       await ok(full, 'context_log', { scope: 'eng/runbooks', entry: 'Second entry\nwith two lines' });
       const md = (await owner.get(`/api/v1/nodes/${encodeURIComponent('eng/runbooks/log.md')}?format=md`)).text;
-      expect(md).toMatch(/^# Log of eng\/runbooks\n\n- \S+ Proposer \(pr_[0-9a-z]+\): Checked the deploy runbook\n- \S+ Scribe \(pr_[0-9a-z]+\): Second entry\n {2}with two lines\n$/);
+      expect(md).toMatch(
+        /^# Log of eng\/runbooks\n\n- \S+ Proposer \(pr_[0-9a-z]+\): Checked the deploy runbook\n- \S+ Scribe \(pr_[0-9a-z]+\): Second entry\n {2}with two lines\n$/,
+      );
       await ok(proposer, 'context_log', { scope: 'eng', entry: 'space-level' });
       expect((await owner.get(`/api/v1/nodes/${encodeURIComponent('eng/log.md')}?format=md`)).text).toContain('space-level');
       await fails(proposer, 'context_log', { scope: 'eng', entry: '::: secret\nx\n:::' }, 'invalid_entry');
@@ -268,7 +286,12 @@ describe.each(testEngines())('MCP tools (%s)', (engine) => {
       const r = await ok(full, 'search', { query: 'rollback' });
       expect(r.results[0]).toEqual({ id: seeded.id, title: 'Deploy', url: `https://vault.example.com/api/v1/nodes/${seeded.id}` });
       const f = await ok(full, 'fetch', { id: r.results[0].id });
-      expect(f).toMatchObject({ id: seeded.id, title: 'Deploy', url: r.results[0].url, metadata: { path: 'eng/runbooks/deploy.md', state: 'active', redacted: false } });
+      expect(f).toMatchObject({
+        id: seeded.id,
+        title: 'Deploy',
+        url: r.results[0].url,
+        metadata: { path: 'eng/runbooks/deploy.md', state: 'active', redacted: false },
+      });
       expect(f.text).toContain('Revert the release.');
       expect(typeof f.metadata.last_touched_at).toBe('string');
       await fails(reader, 'search', { query: 'rollback' }, 'forbidden');
@@ -312,7 +335,9 @@ describe.each(testEngines())('MCP tools (%s)', (engine) => {
       expect(encode(text).length).toBeLessThan(600 + 100);
       const dflt = await reader.getPrompt({ name: 'load_project_context', arguments: { project: 'eng' } });
       expect((dflt.messages[0]!.content as { text: string }).text.startsWith(DATA_NOTICE)).toBe(true);
-      await expect(reader.getPrompt({ name: 'load_project_context', arguments: { project: 'eng', budget_tokens: '100' } })).rejects.toThrow(/invalid_request: budget_tokens/);
+      await expect(reader.getPrompt({ name: 'load_project_context', arguments: { project: 'eng', budget_tokens: '100' } })).rejects.toThrow(
+        /invalid_request: budget_tokens/,
+      );
       await expect(reader.getPrompt({ name: 'load_project_context', arguments: { project: 'eng', budget_tokens: 'lots' } })).rejects.toBeInstanceOf(McpError);
       await expect(collabOnly.getPrompt({ name: 'load_project_context', arguments: { project: 'eng' } })).rejects.toThrow(/forbidden: /);
     });
@@ -369,7 +394,9 @@ describe.each(testEngines())('MCP tools (%s)', (engine) => {
       expect(me).toMatchObject({ id: fullId, name: 'Scribe', kind: 'agent', ceiling: 'confidential' });
       expect(me.grants.map((g: { action: string }) => g.action).sort()).toEqual(['collab', 'propose', 'read', 'search', 'write']);
       expect(me.workspace.slug).toBeTruthy();
-      expect(me.mentionable).toEqual(expect.arrayContaining([{ id: ownerId, name: 'Olive', kind: 'human' }, expect.objectContaining({ name: 'Reader', kind: 'agent' })]));
+      expect(me.mentionable).toEqual(
+        expect.arrayContaining([{ id: ownerId, name: 'Olive', kind: 'human' }, expect.objectContaining({ name: 'Reader', kind: 'agent' })]),
+      );
       expect(me.mentionable.find((x: { id: string }) => x.id === fullId)).toBeUndefined();
     });
   });

@@ -12,7 +12,11 @@ const ACCEPT = 'application/json, text/event-stream';
 
 async function batch(base: string, token: string, calls: { name: string; arguments: Record<string, unknown> }[]) {
   const body = JSON.stringify(calls.map((c, i) => ({ jsonrpc: '2.0', id: i + 1, method: 'tools/call', params: c })));
-  const res = await fetch(`${base}/mcp`, { method: 'POST', headers: { accept: ACCEPT, 'content-type': 'application/json', authorization: `Bearer ${token}` }, body });
+  const res = await fetch(`${base}/mcp`, {
+    method: 'POST',
+    headers: { accept: ACCEPT, 'content-type': 'application/json', authorization: `Bearer ${token}` },
+    body,
+  });
   const text = await res.text();
   return { status: res.status, text, json: JSON.parse(text) as { id: number; result?: { isError?: boolean; content: { text: string }[] } }[] };
 }
@@ -32,7 +36,11 @@ describe.each(testEngines())('trust: MCP batches and the data wrapper (%s)', (en
     it('a batch of 12 calls with a bucket of 5: exactly 5 run, the other 7 answer rate_limited per call; the next request is refused', async () => {
       const h = await signupHuman(s.url, 'Rita');
       const a = await createAgentWithKey(h.client, [{ action: 'read' }]);
-      const r = await batch(s.url, a.key, Array.from({ length: 12 }, () => ({ name: 'context_whoami', arguments: {} })));
+      const r = await batch(
+        s.url,
+        a.key,
+        Array.from({ length: 12 }, () => ({ name: 'context_whoami', arguments: {} })),
+      );
       expect(r.status, r.text).toBe(200);
       expect(r.json).toHaveLength(12);
       const outcomes = r.json.map(outcome);
@@ -47,7 +55,11 @@ describe.each(testEngines())('trust: MCP batches and the data wrapper (%s)', (en
     it('bundles in a batch spend the bundle bucket once each', async () => {
       const h = await signupHuman(s.url, 'Bea');
       const a = await createAgentWithKey(h.client, [{ action: 'read' }]);
-      const r = await batch(s.url, a.key, Array.from({ length: 4 }, () => ({ name: 'context_bundle', arguments: { intent: 'anything' } })));
+      const r = await batch(
+        s.url,
+        a.key,
+        Array.from({ length: 4 }, () => ({ name: 'context_bundle', arguments: { intent: 'anything' } })),
+      );
       expect(r.status, r.text).toBe(200);
       const outcomes = r.json.map(outcome);
       expect(outcomes.filter((o) => o === 'ok')).toHaveLength(2);
@@ -57,8 +69,14 @@ describe.each(testEngines())('trust: MCP batches and the data wrapper (%s)', (en
     it('resource reads in a batch spend a unit each too', async () => {
       const h = await signupHuman(s.url, 'Rae');
       const a = await createAgentWithKey(h.client, [{ action: 'read' }]);
-      const body = JSON.stringify(Array.from({ length: 7 }, (_, i) => ({ jsonrpc: '2.0', id: i + 1, method: 'resources/read', params: { uri: 'service://index' } })));
-      const res = await fetch(`${s.url}/mcp`, { method: 'POST', headers: { accept: ACCEPT, 'content-type': 'application/json', authorization: `Bearer ${a.key}` }, body });
+      const body = JSON.stringify(
+        Array.from({ length: 7 }, (_, i) => ({ jsonrpc: '2.0', id: i + 1, method: 'resources/read', params: { uri: 'service://index' } })),
+      );
+      const res = await fetch(`${s.url}/mcp`, {
+        method: 'POST',
+        headers: { accept: ACCEPT, 'content-type': 'application/json', authorization: `Bearer ${a.key}` },
+        body,
+      });
       const answers = (await res.json()) as { result?: unknown; error?: { message: string } }[];
       expect(answers.filter((x) => x.result)).toHaveLength(5);
       const refused = answers.filter((x) => x.error);
@@ -69,10 +87,18 @@ describe.each(testEngines())('trust: MCP batches and the data wrapper (%s)', (en
     it('a batch exactly the size of the bucket runs whole; one more call in it is refused', async () => {
       const h = await signupHuman(s.url, 'Sol');
       const a = await createAgentWithKey(h.client, [{ action: 'read' }]);
-      const r = await batch(s.url, a.key, Array.from({ length: 5 }, () => ({ name: 'context_whoami', arguments: {} })));
+      const r = await batch(
+        s.url,
+        a.key,
+        Array.from({ length: 5 }, () => ({ name: 'context_whoami', arguments: {} })),
+      );
       expect(r.json.map(outcome)).toEqual(['ok', 'ok', 'ok', 'ok', 'ok']);
       const b = await createAgentWithKey(h.client, [{ action: 'read' }]);
-      const r2 = await batch(s.url, b.key, Array.from({ length: 6 }, () => ({ name: 'context_whoami', arguments: {} })));
+      const r2 = await batch(
+        s.url,
+        b.key,
+        Array.from({ length: 6 }, () => ({ name: 'context_whoami', arguments: {} })),
+      );
       expect(r2.json.map(outcome).filter((o) => o === 'rate_limited')).toHaveLength(1);
     });
   });

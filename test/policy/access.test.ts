@@ -5,7 +5,6 @@ import type { Grant, Principal, Role } from '../../src/policy/principal.js';
 import { LEVELS, type Level } from '../../src/policy/sensitivity.js';
 import { agent as agentOf, human } from './support.js';
 
-
 const agent = (grants: Grant[], agentCeiling: Level = 'secret', keyCeiling: Level | null = null, elevatedUntil: string | null = null): Principal =>
   agentOf(grants, { agentCeiling, keyCeiling, elevatedUntil });
 

@@ -66,11 +66,21 @@ describe('decideRoleChange: owners only, never demoting the last owner', () => {
     { name: 'owner demotes another owner (2 owners)', actor: OWNER, input: { target: OWNER2, next: 'editor', owners: 2 }, expected: ALLOW },
     { name: 'owner demotes themselves with another owner left', actor: OWNER, input: { target: OWNER, next: 'viewer', owners: 2 }, expected: ALLOW },
     { name: 'the only owner may not demote themselves', actor: OWNER, input: { target: OWNER, next: 'editor', owners: 1 }, expected: LAST },
-    { name: 'owner count 0 (inconsistent) still refuses to demote an owner', actor: OWNER, input: { target: OWNER, next: 'viewer', owners: 0 }, expected: LAST },
+    {
+      name: 'owner count 0 (inconsistent) still refuses to demote an owner',
+      actor: OWNER,
+      input: { target: OWNER, next: 'viewer', owners: 0 },
+      expected: LAST,
+    },
     { name: 'the only owner keeps owner (no-op) is allowed', actor: OWNER, input: { target: OWNER, next: 'owner', owners: 1 }, expected: ALLOW },
     { name: 'editor may not change a viewer', actor: EDITOR, input: { target: VIEWER, next: 'editor', owners: 1 }, expected: ONLY_OWNERS },
     { name: 'editor may not promote themselves to owner', actor: EDITOR, input: { target: EDITOR, next: 'owner', owners: 1 }, expected: ONLY_OWNERS },
-    { name: 'viewer may not demote the only owner (owner-only check comes first)', actor: VIEWER, input: { target: OWNER, next: 'viewer', owners: 1 }, expected: ONLY_OWNERS },
+    {
+      name: 'viewer may not demote the only owner (owner-only check comes first)',
+      actor: VIEWER,
+      input: { target: OWNER, next: 'viewer', owners: 1 },
+      expected: ONLY_OWNERS,
+    },
     { name: 'viewer may not change their own role', actor: VIEWER, input: { target: VIEWER, next: 'viewer', owners: 1 }, expected: ONLY_OWNERS },
   ];
   it.each(rows)('$name', ({ actor, input, expected }) => {
@@ -84,9 +94,19 @@ describe('decideRemoval: owners remove anyone, members leave, the last owner sta
     { name: 'owner removes an editor', actor: OWNER, input: { target: EDITOR, owners: 1 }, expected: ALLOW },
     { name: 'owner removes a viewer', actor: OWNER, input: { target: VIEWER, owners: 1 }, expected: ALLOW },
     { name: 'owner removes another owner (2 owners)', actor: OWNER, input: { target: OWNER2, owners: 2 }, expected: ALLOW },
-    { name: 'owner removes an owner counted as the only one', actor: OWNER, input: { target: OWNER2, owners: 1 }, expected: conflict('The last owner cannot be removed; make another member owner first', 'last_owner') },
+    {
+      name: 'owner removes an owner counted as the only one',
+      actor: OWNER,
+      input: { target: OWNER2, owners: 1 },
+      expected: conflict('The last owner cannot be removed; make another member owner first', 'last_owner'),
+    },
     { name: 'owner leaves with another owner left', actor: OWNER, input: { target: OWNER, owners: 2 }, expected: ALLOW },
-    { name: 'the only owner may not leave', actor: OWNER, input: { target: OWNER, owners: 1 }, expected: conflict('The last owner cannot leave the workspace; make another member owner first', 'last_owner') },
+    {
+      name: 'the only owner may not leave',
+      actor: OWNER,
+      input: { target: OWNER, owners: 1 },
+      expected: conflict('The last owner cannot leave the workspace; make another member owner first', 'last_owner'),
+    },
     { name: 'editor leaves', actor: EDITOR, input: { target: EDITOR, owners: 1 }, expected: ALLOW },
     { name: 'viewer leaves', actor: VIEWER, input: { target: VIEWER, owners: 1 }, expected: ALLOW },
     { name: 'self is by id: a viewer with the same id leaves', actor: VIEWER, input: { target: m('pr_viewer', 'viewer'), owners: 1 }, expected: ALLOW },
@@ -119,7 +139,11 @@ describe('inviteState: accepted, then revoked, then expiry by the clock', () => 
     { name: 'revoked', input: inv({ revokedAt: at(-DAY) }), expected: 'revoked' },
     { name: 'revoked and expired: revoked wins', input: inv({ revokedAt: at(-2 * DAY), expiresAt: at(-DAY) }), expected: 'revoked' },
     { name: 'accepted', input: inv({ acceptedAt: at(-DAY) }), expected: 'accepted' },
-    { name: 'accepted, revoked and expired: accepted wins', input: inv({ acceptedAt: at(-3 * DAY), revokedAt: at(-2 * DAY), expiresAt: at(-DAY) }), expected: 'accepted' },
+    {
+      name: 'accepted, revoked and expired: accepted wins',
+      input: inv({ acceptedAt: at(-3 * DAY), revokedAt: at(-2 * DAY), expiresAt: at(-DAY) }),
+      expected: 'accepted',
+    },
   ];
   it.each(rows)('$name', ({ input, expected }) => {
     expect(inviteState(input, NOW)).toBe(expected);
@@ -148,12 +172,24 @@ describe('decideInviteUse: used, revoked, expired, then the addressee', () => {
     // The stored email is compared as stored: the core lower-cases it when the invite is created.
     { name: 'stored email is not normalised here', input: { inv: inv({ email: 'Bob@Example.com' }), email: 'Bob@Example.com' }, expected: MISMATCH },
     { name: 'used invite', input: { inv: inv({ acceptedAt: at(-1) }), email: 'anyone@example.com' }, expected: USED },
-    { name: 'used invite for another email: used comes first', input: { inv: inv({ acceptedAt: at(-1), email: 'bob@example.com' }), email: 'alice@example.com' }, expected: USED },
+    {
+      name: 'used invite for another email: used comes first',
+      input: { inv: inv({ acceptedAt: at(-1), email: 'bob@example.com' }), email: 'alice@example.com' },
+      expected: USED,
+    },
     { name: 'revoked invite', input: { inv: inv({ revokedAt: at(-1) }), email: 'anyone@example.com' }, expected: REVOKED },
-    { name: 'revoked invite for another email: revoked comes first', input: { inv: inv({ revokedAt: at(-1), email: 'bob@example.com' }), email: 'alice@example.com' }, expected: REVOKED },
+    {
+      name: 'revoked invite for another email: revoked comes first',
+      input: { inv: inv({ revokedAt: at(-1), email: 'bob@example.com' }), email: 'alice@example.com' },
+      expected: REVOKED,
+    },
     { name: 'invite expiring exactly now', input: { inv: inv({ expiresAt: at(0) }), email: 'anyone@example.com' }, expected: EXPIRED },
     { name: 'invite expiring 1 ms from now', input: { inv: inv({ expiresAt: at(1) }), email: 'anyone@example.com' }, expected: ALLOW },
-    { name: 'expired invite for another email: expired comes first', input: { inv: inv({ expiresAt: at(-1), email: 'bob@example.com' }), email: 'alice@example.com' }, expected: EXPIRED },
+    {
+      name: 'expired invite for another email: expired comes first',
+      input: { inv: inv({ expiresAt: at(-1), email: 'bob@example.com' }), email: 'alice@example.com' },
+      expected: EXPIRED,
+    },
   ];
   it.each(rows)('$name', ({ input, expected }) => {
     expect(outcome(decideInviteUse(input.inv, input.email, NOW))).toEqual(expected);

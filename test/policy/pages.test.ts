@@ -29,7 +29,9 @@ const stepUp = (what: string) => forbid(`${what} needs a step-up within the last
 
 describe('stepUpNeeded: the +U gate', () => {
   it('is a 403 step_up_required naming the act and the route', () => {
-    expect(outcome(stepUpNeeded('Doing a thing'))).toEqual(forbid('Doing a thing needs a step-up within the last 5 minutes (POST /api/auth/stepup)', 'step_up_required'));
+    expect(outcome(stepUpNeeded('Doing a thing'))).toEqual(
+      forbid('Doing a thing needs a step-up within the last 5 minutes (POST /api/auth/stepup)', 'step_up_required'),
+    );
   });
 });
 
@@ -40,18 +42,38 @@ describe('canReadPage: at or below the read ceiling for the path', () => {
     { name: 'editor does not read secret', actor: human('editor'), input: page('eng/a.md', 'secret'), expected: false },
     { name: 'viewer reads internal (equal)', actor: human('viewer'), input: page('eng/a.md', 'internal'), expected: true },
     { name: 'viewer does not read confidential', actor: human('viewer'), input: page('eng/a.md', 'confidential'), expected: false },
-    { name: 'viewer reads an internal page with a secret block (blocks are redacted, not hidden)', actor: human('viewer'), input: page('eng/a.md', 'internal', 'secret'), expected: true },
+    {
+      name: 'viewer reads an internal page with a secret block (blocks are redacted, not hidden)',
+      actor: human('viewer'),
+      input: page('eng/a.md', 'internal', 'secret'),
+      expected: true,
+    },
     { name: 'human without a role reads nothing', actor: human(null), input: page('eng/a.md', 'public'), expected: false },
     { name: 'owner reads an unknown level (as secret)', actor: human('owner'), input: page('eng/a.md', 'bogus'), expected: true },
     { name: 'editor does not read an unknown level (as secret)', actor: human('editor'), input: page('eng/a.md', 'bogus'), expected: false },
     { name: 'editor does not read an empty level (as secret)', actor: human('editor'), input: page('eng/a.md', ''), expected: false },
     { name: 'agent read eng reads eng/a.md', actor: agent([g('read', 'eng', 'internal')]), input: page('eng/a.md', 'internal'), expected: true },
-    { name: 'agent read eng does not read engineering/a.md', actor: agent([g('read', 'eng', 'internal')]), input: page('engineering/a.md', 'public'), expected: false },
+    {
+      name: 'agent read eng does not read engineering/a.md',
+      actor: agent([g('read', 'eng', 'internal')]),
+      input: page('engineering/a.md', 'public'),
+      expected: false,
+    },
     { name: 'agent read * reads anywhere', actor: agent([g('read', '*', 'public')]), input: page('x/y/z.md', 'public'), expected: true },
     { name: 'agent with search but no read', actor: agent([g('search', '*', 'secret')]), input: page('eng/a.md', 'public'), expected: false },
     { name: 'agent secret read grant, not elevated: no secret', actor: agent([g('read', '*', 'secret')]), input: page('eng/a.md', 'secret'), expected: false },
-    { name: 'elevated agent reads secret within its read grant', actor: agent([g('read', 'eng', 'public')], { elevatedUntil: FUTURE }), input: page('eng/a.md', 'secret'), expected: true },
-    { name: 'elevated agent capped by its key', actor: agent([g('read', 'eng', 'secret')], { elevatedUntil: FUTURE, keyCeiling: 'confidential' }), input: page('eng/a.md', 'secret'), expected: false },
+    {
+      name: 'elevated agent reads secret within its read grant',
+      actor: agent([g('read', 'eng', 'public')], { elevatedUntil: FUTURE }),
+      input: page('eng/a.md', 'secret'),
+      expected: true,
+    },
+    {
+      name: 'elevated agent capped by its key',
+      actor: agent([g('read', 'eng', 'secret')], { elevatedUntil: FUTURE, keyCeiling: 'confidential' }),
+      input: page('eng/a.md', 'secret'),
+      expected: false,
+    },
     { name: 'agent whose creator left', actor: agent([g('read', '*', 'internal')], { creatorRole: null }), input: page('eng/a.md', 'public'), expected: false },
   ];
   it.each(rows)('$name', ({ actor, input, expected }) => {
@@ -68,9 +90,24 @@ describe('canReadInFull: the page and every block at or below the read ceiling',
     { name: 'editor, unreadable page', actor: human('editor'), input: page('eng/a.md', 'secret'), expected: false },
     { name: 'owner, unknown block level', actor: human('owner'), input: page('eng/a.md', 'public', 'bogus'), expected: false },
     { name: 'owner, empty block level', actor: human('owner'), input: page('eng/a.md', 'public', ''), expected: false },
-    { name: 'agent read eng@confidential, confidential block', actor: agent([g('read', 'eng', 'confidential')]), input: page('eng/a.md', 'public', 'confidential'), expected: true },
-    { name: 'agent read eng@internal, confidential block', actor: agent([g('read', 'eng', 'internal')]), input: page('eng/a.md', 'public', 'confidential'), expected: false },
-    { name: 'elevated agent, secret block', actor: agent([g('read', 'eng', 'internal')], { elevatedUntil: FUTURE }), input: page('eng/a.md', 'internal', 'secret'), expected: true },
+    {
+      name: 'agent read eng@confidential, confidential block',
+      actor: agent([g('read', 'eng', 'confidential')]),
+      input: page('eng/a.md', 'public', 'confidential'),
+      expected: true,
+    },
+    {
+      name: 'agent read eng@internal, confidential block',
+      actor: agent([g('read', 'eng', 'internal')]),
+      input: page('eng/a.md', 'public', 'confidential'),
+      expected: false,
+    },
+    {
+      name: 'elevated agent, secret block',
+      actor: agent([g('read', 'eng', 'internal')], { elevatedUntil: FUTURE }),
+      input: page('eng/a.md', 'internal', 'secret'),
+      expected: true,
+    },
     { name: 'agent, page outside its grants', actor: agent([g('read', 'eng', 'secret')]), input: page('hr/a.md', 'public'), expected: false },
   ];
   it.each(rows)('$name', ({ actor, input, expected }) => {
@@ -85,9 +122,24 @@ describe('blockVisibility: which block levels show under the read ceiling for th
     { name: 'viewer up to internal', actor: human('viewer'), input: 'eng/a.md', expected: ['public', 'internal'] },
     { name: 'human without a role: public only', actor: human(null), input: 'eng/a.md', expected: ['public'] },
     { name: 'agent read eng@internal on eng', actor: agent([g('read', 'eng', 'internal')]), input: 'eng/a.md', expected: ['public', 'internal'] },
-    { name: 'agent read eng on the sibling engineering: public only', actor: agent([g('read', 'eng', 'internal')]), input: 'engineering/a.md', expected: ['public'] },
-    { name: 'agent secret grant not elevated: up to confidential', actor: agent([g('read', '*', 'secret')]), input: 'eng/a.md', expected: ['public', 'internal', 'confidential'] },
-    { name: 'elevated agent: every block', actor: agent([g('read', '*', 'public')], { elevatedUntil: FUTURE }), input: 'eng/a.md', expected: ['public', 'internal', 'confidential', 'secret'] },
+    {
+      name: 'agent read eng on the sibling engineering: public only',
+      actor: agent([g('read', 'eng', 'internal')]),
+      input: 'engineering/a.md',
+      expected: ['public'],
+    },
+    {
+      name: 'agent secret grant not elevated: up to confidential',
+      actor: agent([g('read', '*', 'secret')]),
+      input: 'eng/a.md',
+      expected: ['public', 'internal', 'confidential'],
+    },
+    {
+      name: 'elevated agent: every block',
+      actor: agent([g('read', '*', 'public')], { elevatedUntil: FUTURE }),
+      input: 'eng/a.md',
+      expected: ['public', 'internal', 'confidential', 'secret'],
+    },
   ];
   it.each(rows)('$name', ({ actor, input, expected }) => {
     const visible = blockVisibility(actor, input);
@@ -100,29 +152,139 @@ describe('decideWrite: write over the path, at or above what it writes and what 
   const rows: { name: string; actor: Principal; input: { current: PageFacts | null; next: PageFacts }; expected: Outcome }[] = [
     { name: 'owner creates secret', actor: human('owner'), input: { current: null, next: page('eng/a.md', 'secret') }, expected: ALLOW },
     { name: 'editor creates confidential (equal)', actor: human('editor'), input: { current: null, next: page('eng/a.md', 'confidential') }, expected: ALLOW },
-    { name: 'editor may not create secret', actor: human('editor'), input: { current: null, next: page('eng/a.md', 'secret') }, expected: forbid('Sensitivity secret is above your ceiling (confidential)') },
-    { name: 'editor may not write a secret block', actor: human('editor'), input: { current: null, next: page('eng/a.md', 'internal', 'secret') }, expected: forbid('A ::: secret block is above your ceiling (confidential)') },
-    { name: 'editor writes a confidential block (equal)', actor: human('editor'), input: { current: null, next: page('eng/a.md', 'internal', 'confidential') }, expected: ALLOW },
-    { name: 'editor may not write an unknown level (as secret)', actor: human('editor'), input: { current: null, next: page('eng/a.md', 'bogus') }, expected: forbid('Sensitivity bogus is above your ceiling (confidential)') },
+    {
+      name: 'editor may not create secret',
+      actor: human('editor'),
+      input: { current: null, next: page('eng/a.md', 'secret') },
+      expected: forbid('Sensitivity secret is above your ceiling (confidential)'),
+    },
+    {
+      name: 'editor may not write a secret block',
+      actor: human('editor'),
+      input: { current: null, next: page('eng/a.md', 'internal', 'secret') },
+      expected: forbid('A ::: secret block is above your ceiling (confidential)'),
+    },
+    {
+      name: 'editor writes a confidential block (equal)',
+      actor: human('editor'),
+      input: { current: null, next: page('eng/a.md', 'internal', 'confidential') },
+      expected: ALLOW,
+    },
+    {
+      name: 'editor may not write an unknown level (as secret)',
+      actor: human('editor'),
+      input: { current: null, next: page('eng/a.md', 'bogus') },
+      expected: forbid('Sensitivity bogus is above your ceiling (confidential)'),
+    },
     { name: 'owner writes an unknown level (as secret)', actor: human('owner'), input: { current: null, next: page('eng/a.md', 'bogus') }, expected: ALLOW },
-    { name: 'viewer may not write', actor: human('viewer'), input: { current: null, next: page('eng/a.md', 'public') }, expected: forbid('No write grant covers eng/a.md') },
-    { name: 'human without a role may not write', actor: human(null), input: { current: null, next: page('eng/a.md', 'public') }, expected: forbid('No write grant covers eng/a.md') },
-    { name: 'editor overwrites a confidential page', actor: human('editor'), input: { current: page('eng/a.md', 'confidential'), next: page('eng/a.md', 'internal') }, expected: ALLOW },
-    { name: 'editor may not overwrite a secret page', actor: human('editor'), input: { current: page('eng/a.md', 'secret'), next: page('eng/a.md', 'internal') }, expected: UNSEEN },
-    { name: 'editor may not overwrite a page holding a secret block', actor: human('editor'), input: { current: page('eng/a.md', 'internal', 'secret'), next: page('eng/a.md', 'internal') }, expected: UNSEEN },
-    { name: 'editor may not overwrite an unknown-level page (as secret)', actor: human('editor'), input: { current: page('eng/a.md', 'bogus'), next: page('eng/a.md', 'internal') }, expected: UNSEEN },
-    { name: 'agent write eng@confidential creates eng/a.md', actor: agent([g('write', 'eng', 'confidential')]), input: { current: null, next: page('eng/a.md', 'confidential') }, expected: ALLOW },
-    { name: 'agent write eng does not cover engineering/a.md', actor: agent([g('write', 'eng', 'confidential')]), input: { current: null, next: page('engineering/a.md', 'public') }, expected: forbid('No write grant covers engineering/a.md') },
-    { name: 'agent write eng moves eng/a.md to eng/b.md', actor: agent([g('write', 'eng', 'internal')]), input: { current: page('eng/a.md', 'internal'), next: page('eng/b.md', 'internal') }, expected: ALLOW },
-    { name: 'agent write eng may not move hr/a.md in', actor: agent([g('write', 'eng', 'internal')]), input: { current: page('hr/a.md', 'public'), next: page('eng/a.md', 'public') }, expected: forbid('No write grant covers hr/a.md') },
-    { name: 'agent moves hr (confidential grant) to eng (internal grant)', actor: agent([g('write', 'eng', 'internal'), g('write', 'hr', 'confidential')]), input: { current: page('hr/a.md', 'confidential'), next: page('eng/a.md', 'internal') }, expected: ALLOW },
-    { name: 'agent may not move a page above its grant at the old path', actor: agent([g('write', 'eng', 'internal'), g('write', 'hr', 'public')]), input: { current: page('hr/a.md', 'internal'), next: page('eng/a.md', 'internal') }, expected: UNSEEN },
-    { name: 'agent with read but no write', actor: agent([g('read', '*', 'secret')]), input: { current: null, next: page('eng/a.md', 'public') }, expected: forbid('No write grant covers eng/a.md') },
-    { name: 'agent secret write grant, not elevated, capped at confidential', actor: agent([g('write', '*', 'secret')]), input: { current: null, next: page('eng/a.md', 'secret') }, expected: forbid('Sensitivity secret is above your ceiling (confidential)') },
-    { name: 'elevated agent with a secret write grant writes secret', actor: agent([g('write', '*', 'secret')], { elevatedUntil: FUTURE }), input: { current: null, next: page('eng/a.md', 'secret') }, expected: ALLOW },
-    { name: 'agent whose creator is a viewer may not write', actor: agent([g('write', '*', 'internal')], { creatorRole: 'viewer' }), input: { current: null, next: page('eng/a.md', 'public') }, expected: forbid('No write grant covers eng/a.md') },
-    { name: 'agent whose creator is an editor is capped at confidential', actor: agent([g('write', '*', 'secret')], { creatorRole: 'editor', elevatedUntil: FUTURE }), input: { current: null, next: page('eng/a.md', 'secret') }, expected: forbid('Sensitivity secret is above your ceiling (confidential)') },
-    { name: 'agent key ceiling internal', actor: agent([g('write', '*', 'confidential')], { keyCeiling: 'internal' }), input: { current: null, next: page('eng/a.md', 'confidential') }, expected: forbid('Sensitivity confidential is above your ceiling (internal)') },
+    {
+      name: 'viewer may not write',
+      actor: human('viewer'),
+      input: { current: null, next: page('eng/a.md', 'public') },
+      expected: forbid('No write grant covers eng/a.md'),
+    },
+    {
+      name: 'human without a role may not write',
+      actor: human(null),
+      input: { current: null, next: page('eng/a.md', 'public') },
+      expected: forbid('No write grant covers eng/a.md'),
+    },
+    {
+      name: 'editor overwrites a confidential page',
+      actor: human('editor'),
+      input: { current: page('eng/a.md', 'confidential'), next: page('eng/a.md', 'internal') },
+      expected: ALLOW,
+    },
+    {
+      name: 'editor may not overwrite a secret page',
+      actor: human('editor'),
+      input: { current: page('eng/a.md', 'secret'), next: page('eng/a.md', 'internal') },
+      expected: UNSEEN,
+    },
+    {
+      name: 'editor may not overwrite a page holding a secret block',
+      actor: human('editor'),
+      input: { current: page('eng/a.md', 'internal', 'secret'), next: page('eng/a.md', 'internal') },
+      expected: UNSEEN,
+    },
+    {
+      name: 'editor may not overwrite an unknown-level page (as secret)',
+      actor: human('editor'),
+      input: { current: page('eng/a.md', 'bogus'), next: page('eng/a.md', 'internal') },
+      expected: UNSEEN,
+    },
+    {
+      name: 'agent write eng@confidential creates eng/a.md',
+      actor: agent([g('write', 'eng', 'confidential')]),
+      input: { current: null, next: page('eng/a.md', 'confidential') },
+      expected: ALLOW,
+    },
+    {
+      name: 'agent write eng does not cover engineering/a.md',
+      actor: agent([g('write', 'eng', 'confidential')]),
+      input: { current: null, next: page('engineering/a.md', 'public') },
+      expected: forbid('No write grant covers engineering/a.md'),
+    },
+    {
+      name: 'agent write eng moves eng/a.md to eng/b.md',
+      actor: agent([g('write', 'eng', 'internal')]),
+      input: { current: page('eng/a.md', 'internal'), next: page('eng/b.md', 'internal') },
+      expected: ALLOW,
+    },
+    {
+      name: 'agent write eng may not move hr/a.md in',
+      actor: agent([g('write', 'eng', 'internal')]),
+      input: { current: page('hr/a.md', 'public'), next: page('eng/a.md', 'public') },
+      expected: forbid('No write grant covers hr/a.md'),
+    },
+    {
+      name: 'agent moves hr (confidential grant) to eng (internal grant)',
+      actor: agent([g('write', 'eng', 'internal'), g('write', 'hr', 'confidential')]),
+      input: { current: page('hr/a.md', 'confidential'), next: page('eng/a.md', 'internal') },
+      expected: ALLOW,
+    },
+    {
+      name: 'agent may not move a page above its grant at the old path',
+      actor: agent([g('write', 'eng', 'internal'), g('write', 'hr', 'public')]),
+      input: { current: page('hr/a.md', 'internal'), next: page('eng/a.md', 'internal') },
+      expected: UNSEEN,
+    },
+    {
+      name: 'agent with read but no write',
+      actor: agent([g('read', '*', 'secret')]),
+      input: { current: null, next: page('eng/a.md', 'public') },
+      expected: forbid('No write grant covers eng/a.md'),
+    },
+    {
+      name: 'agent secret write grant, not elevated, capped at confidential',
+      actor: agent([g('write', '*', 'secret')]),
+      input: { current: null, next: page('eng/a.md', 'secret') },
+      expected: forbid('Sensitivity secret is above your ceiling (confidential)'),
+    },
+    {
+      name: 'elevated agent with a secret write grant writes secret',
+      actor: agent([g('write', '*', 'secret')], { elevatedUntil: FUTURE }),
+      input: { current: null, next: page('eng/a.md', 'secret') },
+      expected: ALLOW,
+    },
+    {
+      name: 'agent whose creator is a viewer may not write',
+      actor: agent([g('write', '*', 'internal')], { creatorRole: 'viewer' }),
+      input: { current: null, next: page('eng/a.md', 'public') },
+      expected: forbid('No write grant covers eng/a.md'),
+    },
+    {
+      name: 'agent whose creator is an editor is capped at confidential',
+      actor: agent([g('write', '*', 'secret')], { creatorRole: 'editor', elevatedUntil: FUTURE }),
+      input: { current: null, next: page('eng/a.md', 'secret') },
+      expected: forbid('Sensitivity secret is above your ceiling (confidential)'),
+    },
+    {
+      name: 'agent key ceiling internal',
+      actor: agent([g('write', '*', 'confidential')], { keyCeiling: 'internal' }),
+      input: { current: null, next: page('eng/a.md', 'confidential') },
+      expected: forbid('Sensitivity confidential is above your ceiling (internal)'),
+    },
   ];
   it.each(rows)('$name', ({ actor, input, expected }) => {
     expect(outcome(decideWrite(actor, input.current, input.next))).toEqual(expected);
@@ -142,22 +304,92 @@ describe('decideDelete: humans need write and a fresh step-up; agents need admin
   const rows: { name: string; actor: Principal; input: PageFacts; expected: Outcome }[] = [
     { name: 'owner stepped up deletes secret', actor: human('owner', FRESH), input: page('eng/a.md', 'secret'), expected: ALLOW },
     { name: 'owner without step-up', actor: human('owner'), input: page('eng/a.md', 'public'), expected: stepUp('Deleting a page') },
-    { name: 'owner stepped up exactly 5 min ago', actor: human('owner', { stepUpAt: ago(FIVE_MIN) }), input: page('eng/a.md', 'public'), expected: stepUp('Deleting a page') },
-    { name: 'owner stepped up 5 min minus 1 ms ago', actor: human('owner', { stepUpAt: ago(FIVE_MIN - 1) }), input: page('eng/a.md', 'public'), expected: ALLOW },
+    {
+      name: 'owner stepped up exactly 5 min ago',
+      actor: human('owner', { stepUpAt: ago(FIVE_MIN) }),
+      input: page('eng/a.md', 'public'),
+      expected: stepUp('Deleting a page'),
+    },
+    {
+      name: 'owner stepped up 5 min minus 1 ms ago',
+      actor: human('owner', { stepUpAt: ago(FIVE_MIN - 1) }),
+      input: page('eng/a.md', 'public'),
+      expected: ALLOW,
+    },
     { name: 'editor stepped up deletes confidential (equal)', actor: human('editor', FRESH), input: page('eng/a.md', 'confidential'), expected: ALLOW },
-    { name: 'editor stepped up may not delete secret', actor: human('editor', FRESH), input: page('eng/a.md', 'secret'), expected: forbid('The page holds content above your ceiling') },
-    { name: 'editor stepped up may not delete a page with a secret block', actor: human('editor', FRESH), input: page('eng/a.md', 'internal', 'secret'), expected: forbid('The page holds content above your ceiling') },
-    { name: 'editor stepped up may not delete an unknown level (as secret)', actor: human('editor', FRESH), input: page('eng/a.md', 'bogus'), expected: forbid('The page holds content above your ceiling') },
-    { name: 'viewer stepped up may not delete', actor: human('viewer', FRESH), input: page('eng/a.md', 'public'), expected: forbid('Deleting needs write access (editor or owner)') },
-    { name: 'viewer without step-up: write is checked first', actor: human('viewer'), input: page('eng/a.md', 'public'), expected: forbid('Deleting needs write access (editor or owner)') },
-    { name: 'human without a role', actor: human(null, FRESH), input: page('eng/a.md', 'public'), expected: forbid('Deleting needs write access (editor or owner)') },
-    { name: 'agent admin eng@internal deletes without step-up', actor: agent([g('admin', 'eng', 'internal')]), input: page('eng/a.md', 'internal'), expected: ALLOW },
-    { name: 'agent admin eng@internal may not delete confidential', actor: agent([g('admin', 'eng', 'internal')]), input: page('eng/a.md', 'confidential'), expected: forbid('The page holds content above your ceiling') },
-    { name: 'agent admin eng@internal may not delete a confidential block', actor: agent([g('admin', 'eng', 'internal')]), input: page('eng/a.md', 'public', 'confidential'), expected: forbid('The page holds content above your ceiling') },
-    { name: 'agent admin eng does not cover engineering/a.md', actor: agent([g('admin', 'eng', 'internal')]), input: page('engineering/a.md', 'public'), expected: forbid('No admin grant covers engineering/a.md') },
+    {
+      name: 'editor stepped up may not delete secret',
+      actor: human('editor', FRESH),
+      input: page('eng/a.md', 'secret'),
+      expected: forbid('The page holds content above your ceiling'),
+    },
+    {
+      name: 'editor stepped up may not delete a page with a secret block',
+      actor: human('editor', FRESH),
+      input: page('eng/a.md', 'internal', 'secret'),
+      expected: forbid('The page holds content above your ceiling'),
+    },
+    {
+      name: 'editor stepped up may not delete an unknown level (as secret)',
+      actor: human('editor', FRESH),
+      input: page('eng/a.md', 'bogus'),
+      expected: forbid('The page holds content above your ceiling'),
+    },
+    {
+      name: 'viewer stepped up may not delete',
+      actor: human('viewer', FRESH),
+      input: page('eng/a.md', 'public'),
+      expected: forbid('Deleting needs write access (editor or owner)'),
+    },
+    {
+      name: 'viewer without step-up: write is checked first',
+      actor: human('viewer'),
+      input: page('eng/a.md', 'public'),
+      expected: forbid('Deleting needs write access (editor or owner)'),
+    },
+    {
+      name: 'human without a role',
+      actor: human(null, FRESH),
+      input: page('eng/a.md', 'public'),
+      expected: forbid('Deleting needs write access (editor or owner)'),
+    },
+    {
+      name: 'agent admin eng@internal deletes without step-up',
+      actor: agent([g('admin', 'eng', 'internal')]),
+      input: page('eng/a.md', 'internal'),
+      expected: ALLOW,
+    },
+    {
+      name: 'agent admin eng@internal may not delete confidential',
+      actor: agent([g('admin', 'eng', 'internal')]),
+      input: page('eng/a.md', 'confidential'),
+      expected: forbid('The page holds content above your ceiling'),
+    },
+    {
+      name: 'agent admin eng@internal may not delete a confidential block',
+      actor: agent([g('admin', 'eng', 'internal')]),
+      input: page('eng/a.md', 'public', 'confidential'),
+      expected: forbid('The page holds content above your ceiling'),
+    },
+    {
+      name: 'agent admin eng does not cover engineering/a.md',
+      actor: agent([g('admin', 'eng', 'internal')]),
+      input: page('engineering/a.md', 'public'),
+      expected: forbid('No admin grant covers engineering/a.md'),
+    },
     { name: 'agent admin * covers anywhere', actor: agent([g('admin', '*', 'internal')]), input: page('hr/x/a.md', 'public'), expected: ALLOW },
-    { name: 'agent with write but no admin', actor: agent([g('write', '*', 'secret')]), input: page('eng/a.md', 'public'), expected: forbid('No admin grant covers eng/a.md') },
-    { name: 'agent whose creator is an editor has no admin', actor: agent([g('admin', '*', 'internal')], { creatorRole: 'editor' }), input: page('eng/a.md', 'public'), expected: forbid('No admin grant covers eng/a.md') },
+    {
+      name: 'agent with write but no admin',
+      actor: agent([g('write', '*', 'secret')]),
+      input: page('eng/a.md', 'public'),
+      expected: forbid('No admin grant covers eng/a.md'),
+    },
+    {
+      name: 'agent whose creator is an editor has no admin',
+      actor: agent([g('admin', '*', 'internal')], { creatorRole: 'editor' }),
+      input: page('eng/a.md', 'public'),
+      expected: forbid('No admin grant covers eng/a.md'),
+    },
   ];
   it.each(rows)('$name', ({ actor, input, expected }) => {
     expect(outcome(decideDelete(actor, input, NOW))).toEqual(expected);
@@ -177,7 +409,12 @@ describe('canDiff: secret-level read on the path', () => {
     { name: 'viewer', actor: human('viewer'), input: 'eng/a.md', expected: false },
     { name: 'agent with a secret read grant, not elevated', actor: agent([g('read', '*', 'secret')]), input: 'eng/a.md', expected: false },
     { name: 'elevated agent within its read grant', actor: agent([g('read', 'eng', 'public')], { elevatedUntil: FUTURE }), input: 'eng/a.md', expected: true },
-    { name: 'elevated agent on the sibling engineering', actor: agent([g('read', 'eng', 'public')], { elevatedUntil: FUTURE }), input: 'engineering/a.md', expected: false },
+    {
+      name: 'elevated agent on the sibling engineering',
+      actor: agent([g('read', 'eng', 'public')], { elevatedUntil: FUTURE }),
+      input: 'engineering/a.md',
+      expected: false,
+    },
     { name: 'agent whose elevation ended', actor: agent([g('read', 'eng', 'secret')], { elevatedUntil: PAST }), input: 'eng/a.md', expected: false },
   ];
   it.each(rows)('$name', ({ actor, input, expected }) => {
@@ -223,7 +460,12 @@ describe('decideMove: a widening move needs a human step-up', () => {
     { name: 'owner widening, no step-up', actor: human('owner'), input: true, expected: MOVE },
     { name: 'editor widening, step-up exactly 5 min old', actor: human('editor', { stepUpAt: ago(FIVE_MIN) }), input: true, expected: MOVE },
     { name: 'agent widening', actor: agent([g('write', '*', 'secret')]), input: true, expected: MOVE },
-    { name: 'elevated agent widening with a stepUpAt', actor: agent([g('write', '*', 'secret')], { elevatedUntil: FUTURE, stepUpAt: ago(1000) }), input: true, expected: MOVE },
+    {
+      name: 'elevated agent widening with a stepUpAt',
+      actor: agent([g('write', '*', 'secret')], { elevatedUntil: FUTURE, stepUpAt: ago(1000) }),
+      input: true,
+      expected: MOVE,
+    },
   ];
   it.each(rows)('$name', ({ actor, input, expected }) => {
     expect(outcome(decideMove(actor, input, NOW))).toEqual(expected);

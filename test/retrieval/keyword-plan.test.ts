@@ -126,7 +126,14 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
     human = await principalOf({ session: decodeURIComponent(session) });
     const a = await createAgentWithKey(owner, [{ action: 'read' }, { action: 'write' }, { action: 'search' }]);
     agent = await principalOf({ key: a.key });
-    const l = await createAgentWithKey(owner, [{ action: 'read', ceiling: 'internal' }, { action: 'search', ceiling: 'internal' }], { ceiling: 'internal' });
+    const l = await createAgentWithKey(
+      owner,
+      [
+        { action: 'read', ceiling: 'internal' },
+        { action: 'search', ceiling: 'internal' },
+      ],
+      { ceiling: 'internal' },
+    );
     low = await principalOf({ key: l.key });
     const f = await createAgentWithKey(owner, [{ action: 'search', scope: 'fb' }]);
     fbOnly = await principalOf({ key: f.key });
@@ -137,7 +144,11 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
 
   it('termDocCounts counts the sections holding each word, by stem (null on PostgreSQL)', async () => {
     // zorblax: two sections of one page and one of another. The deploy family: one section each.
-    await write({ path: 'cnt/one.md', title: 'Counting one', body: '# First\n\nThe zorblax lives here.\n\n# Second\n\nAnother zorblax.\n\n# Third\n\nNothing.\n' });
+    await write({
+      path: 'cnt/one.md',
+      title: 'Counting one',
+      body: '# First\n\nThe zorblax lives here.\n\n# Second\n\nAnother zorblax.\n\n# Third\n\nNothing.\n',
+    });
     await write({ path: 'cnt/two.md', title: 'Counting two', body: '# Only\n\nA zorblax and we are deploying.\n' });
     await write({ path: 'cnt/three.md', title: 'Counting three', body: '# Only\n\nIt deployed fine.\n\n# Later\n\nHe deploys daily.\n' });
     const docs = await termDocCounts(s.ctx.store, ['zorblax', 'deploy', 'deploying', 'nosuchwordatall'], counted());
@@ -146,7 +157,14 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
       await write({ path: 'cnt/four.md', title: 'Counting four', body: 'One more zorblax.\n' }); // as on SQLite, for the later tests
       return;
     }
-    expect(docs).toEqual(new Map([['zorblax', 3], ['deploy', 3], ['deploying', 3], ['nosuchwordatall', 0]]));
+    expect(docs).toEqual(
+      new Map([
+        ['zorblax', 3],
+        ['deploy', 3],
+        ['deploying', 3],
+        ['nosuchwordatall', 0],
+      ]),
+    );
     // A word in the title is in every section of its page.
     expect((await termDocCounts(s.ctx.store, ['counting'], counted()))!.get('counting')).toBe(6);
     // Rare words are counted afresh: a new section counts at once.
@@ -154,7 +172,14 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
     expect((await termDocCounts(s.ctx.store, ['zorblax'], counted()))!.get('zorblax')).toBe(4);
     // The index drops diacritics: an accented query word counts the same sections as its plain form.
     await write({ path: 'cnt/five.md', title: 'Counting five', body: 'Coffee at the café, a crème brûlée.\n' });
-    expect(await termDocCounts(s.ctx.store, ['café', 'cafe', 'crème', 'brûlée'], counted())).toEqual(new Map([['café', 1], ['cafe', 1], ['crème', 1], ['brûlée', 1]]));
+    expect(await termDocCounts(s.ctx.store, ['café', 'cafe', 'crème', 'brûlée'], counted())).toEqual(
+      new Map([
+        ['café', 1],
+        ['cafe', 1],
+        ['crème', 1],
+        ['brûlée', 1],
+      ]),
+    );
   });
 
   it('termDocCounts counts only the sections at the levels asked for, also after a page changes level', async () => {
@@ -179,7 +204,11 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
   it('an unscored plan returns the sections holding every word, newest first', async () => {
     // The oldest page holds the words most and in its title: bm25 would rank it first.
     await write({ path: 'un/u1.md', title: 'Vexilla quorbit', body: 'vexilla quorbit vexilla quorbit vexilla quorbit.\n' });
-    await write({ path: 'un/u2.md', title: 'Second', body: 'A long note that mentions vexilla once and, much later in the text, the quorbit as well among other words.\n' });
+    await write({
+      path: 'un/u2.md',
+      title: 'Second',
+      body: 'A long note that mentions vexilla once and, much later in the text, the quorbit as well among other words.\n',
+    });
     await write({ path: 'un/u3.md', title: 'Third', body: 'Only vexilla here.\n' });
     await write({ path: 'un/u4.md', title: 'Fourth', body: 'quorbit, then a long aside about nothing in particular, then vexilla.\n' });
     const terms = ['vexilla', 'quorbit'];
@@ -231,7 +260,8 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
 
   it('a newest-N plan scores only the N newest matches', async () => {
     await write({ path: 'nw/n1.md', title: 'Wombatron handbook', body: 'The wombatron, all about the wombatron.\n' });
-    for (const n of [2, 3, 4, 5]) await write({ path: `nw/n${n}.md`, title: `Note ${n}`, body: `Filler words around a single wombatron mention and more filler text here (${n}).\n` });
+    for (const n of [2, 3, 4, 5])
+      await write({ path: `nw/n${n}.md`, title: `Note ${n}`, body: `Filler words around a single wombatron mention and more filler text here (${n}).\n` });
     const all = await run(agent, scope(), newest(['wombatron'], null));
     expect(pathsOf(all)[0]).toBe('nw/n1.md');
     expect(all).toHaveLength(5);
@@ -276,7 +306,13 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
     }
     if (sqlite) {
       expect(pathsOf(await run(low, scope(), unscored(terms), 1))).toEqual(['fb/other.md']);
-      expect(pathsOf(await run(human, scope({ includeArchived: true }), unscored(terms)))).toEqual(['fa/secret.md', 'fa/conf.md', 'fb/other.md', 'fa/arch.md', 'fa/one.md']);
+      expect(pathsOf(await run(human, scope({ includeArchived: true }), unscored(terms)))).toEqual([
+        'fa/secret.md',
+        'fa/conf.md',
+        'fb/other.md',
+        'fa/arch.md',
+        'fa/one.md',
+      ]);
       // newest counts the matches of the caller's table, which holds only what its ceiling reads
       // (issue 11): for the internal agent the newest two are fb/other and the archived page;
       // for the confidential agent, fa/conf and fb/other (the secret page is in no table of its).

@@ -2,7 +2,6 @@ import { describe, expect, it } from 'vitest';
 import { selectTop, VectorMatrix } from '../../src/retrieval/vectors/matrix.js';
 import { prng } from '../support/random.js';
 
-
 function unitVector(rnd: () => number, dims: number): Float32Array {
   const v = new Float32Array(dims);
   let s = 0;
@@ -27,7 +26,11 @@ class Reference {
   readonly pages = new Map<string, Row[]>();
   setPage(pageId: string, vectors: { ord: number; vec: Float32Array; tag: number }[]): void {
     this.pages.delete(pageId);
-    if (vectors.length > 0) this.pages.set(pageId, vectors.map((v) => ({ pageId, ...v, vec: Float32Array.from(v.vec) })));
+    if (vectors.length > 0)
+      this.pages.set(
+        pageId,
+        vectors.map((v) => ({ pageId, ...v, vec: Float32Array.from(v.vec) })),
+      );
   }
   removePage(pageId: string): void {
     this.pages.delete(pageId);
@@ -169,7 +172,7 @@ describe('VectorMatrix', () => {
       // A row's own vector is its best match (cosine 1).
       const [first] = [...ref.pages.values()];
       if (first) {
-        const best = (m.top(first[0]!.vec, 1))[0]!;
+        const best = m.top(first[0]!.vec, 1)[0]!;
         if (dims > 1) expect(best.pageId).toBe(first[0]!.pageId); // with one dimension every vector is ±1: ties
         expect(best.score).toBeCloseTo(1, 5);
       }
@@ -193,7 +196,10 @@ describe('VectorMatrix', () => {
     };
     const one = (i: number) => Float32Array.from({ length: dims }, (_, j) => (j === i ? 1 : 0));
     set('a', [{ ord: 0, vec: one(0), tag: 1 }]);
-    set('b', [{ ord: 0, vec: one(4), tag: 2 }, { ord: 1, vec: one(2), tag: 3 }]);
+    set('b', [
+      { ord: 0, vec: one(4), tag: 2 },
+      { ord: 1, vec: one(2), tag: 3 },
+    ]);
     set('c', [{ ord: 0, vec: one(1), tag: 4 }]);
     m.removePage('a'); // c's row moves into a's slot
     ref.removePage('a');
@@ -213,7 +219,7 @@ describe('VectorMatrix', () => {
       ['c', 0, 4, 0],
     ]);
     expect(m.top(one(1), 1)).toEqual([{ pageId: 'c', ord: 0, last: 0, tag: 4, score: 1 }]);
-    expect((m.top(one(4), 2)).every((h) => h.score === 0)).toBe(true);
+    expect(m.top(one(4), 2).every((h) => h.score === 0)).toBe(true);
   });
 
   it('makes room for the rows it is told of at once, and grows only past them', () => {

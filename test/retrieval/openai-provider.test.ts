@@ -225,18 +225,13 @@ describe('OpenAIEmbeddings: failures', () => {
   it('backs off exponentially between retries', async () => {
     next(status500, status500, status500);
     const delays: number[] = [];
-    const p = provider(
-      { maxRetries: 3 },
-      { baseDelayMs: 100, maxDelayMs: 10_000, random: () => 1, sleep: async (ms) => void delays.push(ms) },
-    );
+    const p = provider({ maxRetries: 3 }, { baseDelayMs: 100, maxDelayMs: 10_000, random: () => 1, sleep: async (ms) => void delays.push(ms) });
     await p.embed(['x']);
     expect(delays).toEqual([100, 200, 400]);
   });
 
   it('honours Retry-After in seconds on 429', async () => {
-    next((_q, res) =>
-      json(res, 429, { error: { message: 'Rate limit reached', type: 'requests', code: 'rate_limit_exceeded' } }, { 'retry-after': '2' }),
-    );
+    next((_q, res) => json(res, 429, { error: { message: 'Rate limit reached', type: 'requests', code: 'rate_limit_exceeded' } }, { 'retry-after': '2' }));
     const delays: number[] = [];
     const out = await provider({}, { sleep: async (ms) => void delays.push(ms) }).embed(['x']);
     expect(requests).toHaveLength(2);
@@ -369,7 +364,13 @@ describe('OpenAIEmbeddings: failures', () => {
 
   it('rejects a duplicate or out-of-range index, and non-numbers', async () => {
     next(
-      (_q, res) => json(res, 200, { data: [{ index: 0, embedding: rawVector('a') }, { index: 0, embedding: rawVector('b') }] }),
+      (_q, res) =>
+        json(res, 200, {
+          data: [
+            { index: 0, embedding: rawVector('a') },
+            { index: 0, embedding: rawVector('b') },
+          ],
+        }),
       (_q, res) => json(res, 200, { data: [{ index: 1, embedding: rawVector('a') }] }),
       (_q, res) => json(res, 200, { data: [{ index: 0, embedding: [1, 'two', 3] }] }),
       (_q, res) => json(res, 200, { data: [{ index: 0, embedding: [] }] }),
@@ -401,14 +402,24 @@ describe('OpenAIEmbeddings: failures', () => {
     expect(p.dimensions).toBe(DIMS);
 
     answerDims = undefined;
-    next((_q, res) => json(res, 200, { data: [{ index: 0, embedding: [1, 2, 3] }, { index: 1, embedding: [1, 2] }] }));
+    next((_q, res) =>
+      json(res, 200, {
+        data: [
+          { index: 0, embedding: [1, 2, 3] },
+          { index: 1, embedding: [1, 2] },
+        ],
+      }),
+    );
     const fresh = provider();
     expect((await failure(fresh.embed(['a', 'b']))).message).toMatch(/vector of 2 dimensions, but earlier vectors had 3/);
     expect(fresh.dimensions).toBe(0);
   });
 
   it('a later batch failing fails the whole call (the worker retries it all)', async () => {
-    next((_q, res, body) => answer(res, body), (_q, res) => json(res, 403, { error: { message: 'Forbidden' } }));
+    next(
+      (_q, res, body) => answer(res, body),
+      (_q, res) => json(res, 403, { error: { message: 'Forbidden' } }),
+    );
     const err = await failure(provider({ batch: 2 }).embed(['a', 'b', 'c']));
     expect(err.status).toBe(403);
     expect(requests).toHaveLength(2);

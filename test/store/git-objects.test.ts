@@ -108,9 +108,7 @@ describe('git encoding (pure)', () => {
     expect(parseTree(body)).toEqual(expect.arrayContaining(entries));
     // git's own tree builder must agree byte for byte.
     const repo = emptyRepo();
-    const input = entries
-      .map((e) => `${e.mode === '40000' ? '040000 tree' : '100644 blob'} ${e.sha}\t${e.name}\n`)
-      .join('');
+    const input = entries.map((e) => `${e.mode === '40000' ? '040000 tree' : '100644 blob'} ${e.sha}\t${e.name}\n`).join('');
     expect(git(repo, ['mktree', '--missing'], input).trim()).toBe(hashObject('tree', body));
   });
 
@@ -200,10 +198,7 @@ describe.each(testEngines())('git object store on %s', (engine) => {
 
   async function newWorkspace(): Promise<string> {
     const id = `ws_${engine}_${++wsCount}`;
-    await store.db
-      .insertInto('workspaces')
-      .values({ id, slug: id, name: id, token_epoch: 0, created_at: new Date().toISOString() })
-      .execute();
+    await store.db.insertInto('workspaces').values({ id, slug: id, name: id, token_epoch: 0, created_at: new Date().toISOString() }).execute();
     return id;
   }
 
@@ -225,9 +220,7 @@ describe.each(testEngines())('git object store on %s', (engine) => {
   }
 
   async function dataBytes(ws: string): Promise<number> {
-    const r = await sql<{ n: number | string | null }>`select sum(length(data)) as n from git_objects where workspace_id = ${ws}`.execute(
-      store.db,
-    );
+    const r = await sql<{ n: number | string | null }>`select sum(length(data)) as n from git_objects where workspace_id = ${ws}`.execute(store.db);
     return Number(r.rows[0]?.n ?? 0);
   }
 
@@ -275,9 +268,9 @@ describe.each(testEngines())('git object store on %s', (engine) => {
     const swapped = Buffer.concat([good.subarray(good.length / 2), good.subarray(0, good.length / 2)]);
     await expect(objects.putObject('tree', swapped)).rejects.toMatchObject({ status: 400 });
     // A commit must point at stored objects.
-    await expect(
-      objects.putCommit({ tree: '1'.repeat(40), parents: [], author: ident(T0), committer: ident(T0), message: 'x' }),
-    ).rejects.toMatchObject({ status: 400 });
+    await expect(objects.putCommit({ tree: '1'.repeat(40), parents: [], author: ident(T0), committer: ident(T0), message: 'x' })).rejects.toMatchObject({
+      status: 400,
+    });
   });
 
   it('compare-and-swaps refs', async () => {
@@ -359,9 +352,7 @@ describe.each(testEngines())('git object store on %s', (engine) => {
 
     for (const h of history) {
       const expected = [...h.state.entries()].map(([p, c]) => ({ path: p, sha: blobSha(c) }));
-      expect(new Set((await listTree(objects, h.tree)).map((e) => `${e.path} ${e.sha}`))).toEqual(
-        new Set(expected.map((e) => `${e.path} ${e.sha}`)),
-      );
+      expect(new Set((await listTree(objects, h.tree)).map((e) => `${e.path} ${e.sha}`))).toEqual(new Set(expected.map((e) => `${e.path} ${e.sha}`)));
       for (const p of allPaths) {
         const content = h.state.get(p);
         expect(await readPath(objects, h.tree, p)).toBe(content === undefined ? null : blobSha(content));
@@ -373,7 +364,11 @@ describe.each(testEngines())('git object store on %s', (engine) => {
     clearTreeCache();
     const repo = path.join(tmpDir(), 'ws.git');
     const first = await exportToBareRepo(store.db, ws, repo);
-    const rowCount = await store.db.selectFrom('git_objects').select((eb) => eb.fn.countAll<number>().as('n')).where('workspace_id', '=', ws).executeTakeFirstOrThrow();
+    const rowCount = await store.db
+      .selectFrom('git_objects')
+      .select((eb) => eb.fn.countAll<number>().as('n'))
+      .where('workspace_id', '=', ws)
+      .executeTakeFirstOrThrow();
     expect(first.objects).toBe(Number(rowCount.n));
     fsck(repo);
 
@@ -484,12 +479,14 @@ describe.each(testEngines())('git object store on %s', (engine) => {
       const row = await store.db.selectFrom('git_objects').select('depth').where('workspace_id', '=', ws).where('sha', '=', folder).executeTakeFirstOrThrow();
       depths.push(Number(row.depth));
     }
-    expect(depths).toEqual([
-      ...Array.from({ length: MAX_DELTA_DEPTH }, (_, i) => i + 1),
-      ...Array.from({ length: updates - MAX_DELTA_DEPTH }, (_, i) => i),
-    ]);
+    expect(depths).toEqual([...Array.from({ length: MAX_DELTA_DEPTH }, (_, i) => i + 1), ...Array.from({ length: updates - MAX_DELTA_DEPTH }, (_, i) => i)]);
     // Small trees (the root and the space here) are cheaper whole: never stored as deltas.
-    const root = await store.db.selectFrom('git_objects').select(['base_sha']).where('workspace_id', '=', ws).where('sha', '=', last.tree).executeTakeFirstOrThrow();
+    const root = await store.db
+      .selectFrom('git_objects')
+      .select(['base_sha'])
+      .where('workspace_id', '=', ws)
+      .where('sha', '=', last.tree)
+      .executeTakeFirstOrThrow();
     expect(root.base_sha).toBeNull();
 
     expect(versions.at(-1)!.entries.map((e) => e.name)).not.toContain('new60.md');

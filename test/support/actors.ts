@@ -213,7 +213,11 @@ export async function setupWorld(s: TestServer): Promise<World> {
   const low = await agentWithKey(ALL_GRANTS, { ceiling: 'internal' });
   const expired = await agentWithKey(ALL_GRANTS, { key: { expires_in_days: 1 } });
   // No API moves the clock: age the key in the database (as the identity suite ages sessions).
-  await s.ctx.store.db.updateTable('agent_keys').set({ expires_at: new Date(Date.now() - 1000).toISOString() }).where('id', '=', expired.keyId).execute();
+  await s.ctx.store.db
+    .updateTable('agent_keys')
+    .set({ expires_at: new Date(Date.now() - 1000).toISOString() })
+    .where('id', '=', expired.keyId)
+    .execute();
   const revoked = await agentWithKey(ALL_GRANTS);
   must(await admin.delete(`/api/v1/principals/${revoked.id}/tokens/${revoked.keyId}`), 200, 'key revoke');
   const pinned = await agentWithKey(ALL_GRANTS, { key: { ip_pin: '10.9.8.7' } });
@@ -321,7 +325,12 @@ export async function setupWorld(s: TestServer): Promise<World> {
     gitToken: tokenActor('gitToken', 'a real git token gt_… of the stepped-up owner', gt.body.token),
     pinnedKey: keyActor('pinnedKey', 'dead', 'agent key of A pinned to 10.9.8.7, used from 127.0.0.1', pinned),
     demotedCreator: humanActor('demotedCreator', 'a former editor of A, demoted to viewer after making an agent (session)', creator, 'viewer', false),
-    demotedAgent: keyActor('demotedAgent', 'agent', 'agent of A made by an editor (every editor grant at confidential) who was then demoted to viewer', demotedAgent),
+    demotedAgent: keyActor(
+      'demotedAgent',
+      'agent',
+      'agent of A made by an editor (every editor grant at confidential) who was then demoted to viewer',
+      demotedAgent,
+    ),
     elevatedAgent: keyActor('elevatedAgent', 'agent', 'agent of A with every grant at confidential, elevated by an owner', elevated, 'secret'),
   };
 

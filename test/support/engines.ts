@@ -15,7 +15,8 @@ const PG_ADMIN_URL = process.env.TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5
 function pgReachable(): boolean {
   const u = new URL(PG_ADMIN_URL);
   // Suites are declared synchronously, so the probe runs in a short child process.
-  const probe = `const s=require('net').connect(${Number(u.port || 5432)},${JSON.stringify(u.hostname)});` +
+  const probe =
+    `const s=require('net').connect(${Number(u.port || 5432)},${JSON.stringify(u.hostname)});` +
     `s.on('connect',()=>process.exit(0));s.on('error',()=>process.exit(1));setTimeout(()=>process.exit(1),1500);`;
   return spawnSync(process.execPath, ['-e', probe], { stdio: 'ignore' }).status === 0;
 }
@@ -75,4 +76,3 @@ export async function openTestStore(engine: Dialect): Promise<{ store: Store; cl
     },
   };
 }
-

@@ -27,10 +27,7 @@ export async function startTestServer(engine: Dialect, env: Record<string, strin
  * Starts a server over an existing database: a second node of the same deployment, or the
  * same node after a restart. Limits are off unless `env` turns them on.
  */
-export async function startServerOn(
-  db: { dataDir: string; databaseUrl: string | undefined },
-  env: Record<string, string> = {},
-): Promise<RunningServer> {
+export async function startServerOn(db: { dataDir: string; databaseUrl: string | undefined }, env: Record<string, string> = {}): Promise<RunningServer> {
   const config = loadConfig({
     PORT: '0',
     HOST: '127.0.0.1',

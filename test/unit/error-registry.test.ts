@@ -34,7 +34,10 @@ function documentedRows(markdown: string): { rows: Row[]; unparsed: string[] } {
       return;
     }
     if (!inTable || /^\|[\s|:-]+\|$/.test(text)) return;
-    const cells = text.split('|').slice(1, -1).map((c) => c.trim());
+    const cells = text
+      .split('|')
+      .slice(1, -1)
+      .map((c) => c.trim());
     const code = /^`([a-z0-9_]+)`/.exec(cells[0] ?? '')?.[1];
     // Rows of the MCP SDK's own answers carry no code of ours.
     if (code === undefined) {

@@ -141,7 +141,7 @@ describe.each(testEngines())('HTML pages over plain HTTP (%s)', (engine) => {
     expect(head.headers.get('content-security-policy')).toBe(CSP);
   });
 
-  it('POST /login signs in: 303 to /login, session cookie set, the session\'s own CSRF token replaces the form one', async () => {
+  it("POST /login signs in: 303 to /login, session cookie set, the session's own CSRF token replaces the form one", async () => {
     const { c, csrf } = await openLogin(s.url);
     const res = await postForm(c, '/login', { email: ann.email.toUpperCase(), password: PASSWORD, csrf });
     expect(res.status, res.text).toBe(303);
@@ -305,7 +305,11 @@ describe.each(testEngines())('HTML pages over plain HTTP (%s)', (engine) => {
     expectPage(r, 410);
     expect(r.text).toContain('withdrawn');
     const expired = await invite(ann.client);
-    await s.ctx.store.db.updateTable('invites').set({ expires_at: new Date(Date.now() - 1000).toISOString() }).where('id', '=', expired.id).execute();
+    await s.ctx.store.db
+      .updateTable('invites')
+      .set({ expires_at: new Date(Date.now() - 1000).toISOString() })
+      .where('id', '=', expired.id)
+      .execute();
     const e = await anon.get(expired.path);
     expectPage(e, 410);
     expect(e.text).toContain('expired');
@@ -428,7 +432,16 @@ describe.skipIf(!haveChromium)('HTML pages in a real browser (chromium, sqlite)'
     ann = await human(s.url, 'Ann');
     browser = await chromium.launch({
       executablePath: CHROMIUM,
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      args: [
+        '--headless',
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-quic',
+        '--no-first-run',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+      ],
     });
   });
   afterAll(async () => {

@@ -35,7 +35,7 @@ export async function commitFiles(
 ): Promise<CommitResult> {
   const objects = new ObjectStore(trx, workspaceId);
   const head = await objects.getRef(MAIN_REF);
-  const rootTree = head ? (await objects.getCommit(head))?.tree ?? null : null;
+  const rootTree = head ? ((await objects.getCommit(head))?.tree ?? null) : null;
   const blobs = new Map<string, string>();
   for (const c of changes) {
     if (c.content !== null) blobs.set(c.path, await objects.putBlob(c.content));
@@ -60,13 +60,7 @@ export async function commitFiles(
     message,
   });
   await objects.casRef(MAIN_REF, head, sha);
-  const last = await trx
-    .selectFrom('commits')
-    .select('seq')
-    .where('workspace_id', '=', workspaceId)
-    .orderBy('seq', 'desc')
-    .limit(1)
-    .executeTakeFirst();
+  const last = await trx.selectFrom('commits').select('seq').where('workspace_id', '=', workspaceId).orderBy('seq', 'desc').limit(1).executeTakeFirst();
   const seq = (last?.seq ?? 0) + 1;
   await trx
     .insertInto('commits')

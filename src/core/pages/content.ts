@@ -1,10 +1,4 @@
-import {
-  extractLinks,
-  extractTags,
-  extractTitle,
-  maxBlockLevel,
-  parseDocument,
-} from '../../markdown/index.js';
+import { extractLinks, extractTags, extractTitle, maxBlockLevel, parseDocument } from '../../markdown/index.js';
 import { DEFAULT_LEVEL, isLevel, LEVELS, type Level } from '../../policy/sensitivity.js';
 import { badRequest, tooLarge } from '../errors.js';
 

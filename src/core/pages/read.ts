@@ -225,6 +225,9 @@ export async function pageTotals(ctx: CoreContext): Promise<{ nodes: number; ind
     .select(sql<number>`count(*)`.as('n'))
     .where('deleted_at', 'is', null)
     .executeTakeFirstOrThrow();
-  const idx = await ctx.store.db.selectFrom('pages').select(sql<string | null>`max(updated_at)`.as('at')).executeTakeFirstOrThrow();
+  const idx = await ctx.store.db
+    .selectFrom('pages')
+    .select(sql<string | null>`max(updated_at)`.as('at'))
+    .executeTakeFirstOrThrow();
   return { nodes: Number(row.n), indexed_at: idx.at };
 }

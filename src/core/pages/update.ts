@@ -26,9 +26,11 @@ export interface Precondition {
   baseSha?: string | undefined;
 }
 
-
 function unquote(tag: string): string {
-  return tag.trim().replace(/^W\//, '').replace(/^"(.*)"$/, '$1');
+  return tag
+    .trim()
+    .replace(/^W\//, '')
+    .replace(/^"(.*)"$/, '$1');
 }
 
 /** Whether the writer's precondition names the head (true), an older state (false), or nothing (null). */
@@ -53,7 +55,10 @@ function preconditionMatches(current: PagesTable, pre: Precondition): boolean | 
  */
 async function baseVersion(trx: Transaction<DB>, p: Principal, current: PagesTable, pre: Precondition): Promise<BaseVersion> {
   const candidates = [
-    ...(pre.ifMatch ?? '').split(',').map(unquote).filter((t) => t && t !== '*'),
+    ...(pre.ifMatch ?? '')
+      .split(',')
+      .map(unquote)
+      .filter((t) => t && t !== '*'),
     ...(pre.baseSha ? [pre.baseSha.trim().toLowerCase()] : []),
   ];
   for (const c of candidates) {
@@ -114,7 +119,14 @@ export async function updatePage(ctx: CoreContext, p: Principal, ref: string, up
 }
 
 /** PUT and PATCH over REST: as updatePage, and an agent without write but with propose proposes (202). */
-export function updateOrProposePage(ctx: CoreContext, p: Principal, ref: string, update: PageUpdate, pre: Precondition, message?: string): Promise<UpdateResult | Proposed> {
+export function updateOrProposePage(
+  ctx: CoreContext,
+  p: Principal,
+  ref: string,
+  update: PageUpdate,
+  pre: Precondition,
+  message?: string,
+): Promise<UpdateResult | Proposed> {
   return writeUpdate(ctx, p, ref, update, pre, message, { allowPropose: true });
 }
 

@@ -63,7 +63,13 @@ export function createOrProposePage(ctx: CoreContext, p: Principal, input: NewPa
   return writeNewPage(ctx, p, input, message, { allowPropose: true });
 }
 
-async function writeNewPage(ctx: CoreContext, p: Principal, input: NewPageInput, message: string | undefined, opts: { allowPropose: boolean }): Promise<WriteResult | Proposed> {
+async function writeNewPage(
+  ctx: CoreContext,
+  p: Principal,
+  input: NewPageInput,
+  message: string | undefined,
+  opts: { allowPropose: boolean },
+): Promise<WriteResult | Proposed> {
   const { target, raw } = resolveNewPage(input);
   const content = analyzeContent(raw, target.slug);
   const next = facts(target.path, content);
@@ -143,7 +149,14 @@ export async function movePageTx(
       .where('principals.deleted_at', 'is', null)
       .where('grants.action', '=', 'read')
       .execute();
-    const gate = decideMove(p, widensAudience(readScopes.map((g) => g.scope), current.path, target.path));
+    const gate = decideMove(
+      p,
+      widensAudience(
+        readScopes.map((g) => g.scope),
+        current.path,
+        target.path,
+      ),
+    );
     if (gate.kind === 'deny') {
       if (!(opts.allowPropose && p.kind === 'agent' && decidePropose(p, facts(target.path, content)).kind === 'allow')) throw gate.error;
       await assertPathFree(trx, p.workspaceId, target.path);
@@ -231,12 +244,7 @@ export async function restorePage(ctx: CoreContext, p: Principal, ref: string, m
 }
 
 /** Delete is a commit that removes the file; history (and reads at older commits) keep it. */
-export async function deletePage(
-  ctx: CoreContext,
-  p: Principal,
-  ref: string,
-  message?: string,
-): Promise<{ id: string; path: string; commit_sha: string }> {
+export async function deletePage(ctx: CoreContext, p: Principal, ref: string, message?: string): Promise<{ id: string; path: string; commit_sha: string }> {
   return inTransaction(ctx.store, p.workspaceId, async (trx) => {
     const current = await findReadablePage(trx, p, ref);
     enforce(decideDelete(p, rowFacts(current)));

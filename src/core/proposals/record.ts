@@ -11,25 +11,24 @@ import { pushEvents, type NewEvent } from '../inbox-events.js';
 import { liveMembers } from '../principal-loader.js';
 
 /** The proposal record REST and MCP return. `content` is null for agents (humans only). */
-export interface ProposalRecord
-  extends Pick<
-    ProposalsTable,
-    | 'id'
-    | 'status'
-    | 'kind'
-    | 'origin'
-    | 'path'
-    | 'content'
-    | 'base_hash'
-    | 'base_commit'
-    | 'reason'
-    | 'created_at'
-    | 'decided_by'
-    | 'decided_at'
-    | 'decision_reason'
-    | 'result_commit'
-    | 'superseded_by'
-  > {
+export interface ProposalRecord extends Pick<
+  ProposalsTable,
+  | 'id'
+  | 'status'
+  | 'kind'
+  | 'origin'
+  | 'path'
+  | 'content'
+  | 'base_hash'
+  | 'base_commit'
+  | 'reason'
+  | 'created_at'
+  | 'decided_by'
+  | 'decided_at'
+  | 'decision_reason'
+  | 'result_commit'
+  | 'superseded_by'
+> {
   target: { node_id: string | null; path: string };
   node_id: string | null;
   params: Record<string, unknown>;
@@ -127,9 +126,17 @@ export async function insertProposal(ctx: CoreContext, trx: Transaction<DB>, p: 
   older = np.pageId ? older.where('page_id', '=', np.pageId) : older.where('page_id', 'is', null).where('path', '=', np.path);
   await older.execute();
   await trx.insertInto('proposals').values(row).execute();
-  await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'proposal.create', pageId: np.pageId, detail: { proposal: row.id, kind: np.kind, origin: np.origin, path: np.path } });
+  await appendAudit(trx, p.workspaceId, {
+    principalId: p.id,
+    action: 'proposal.create',
+    pageId: np.pageId,
+    detail: { proposal: row.id, kind: np.kind, origin: np.origin, path: np.path },
+  });
 
-  const deciders = await liveMembers(trx, p.workspaceId).select(['members.principal_id', 'members.role']).where('members.role', 'in', ['owner', 'editor']).execute();
+  const deciders = await liveMembers(trx, p.workspaceId)
+    .select(['members.principal_id', 'members.role'])
+    .where('members.role', 'in', ['owner', 'editor'])
+    .execute();
   const events: NewEvent[] = deciders
     .filter((d) => d.principal_id !== p.id && atOrBelow(np.sensitivity, ROLE_CEILING[d.role as Role]))
     .map((d) => ({
@@ -137,7 +144,15 @@ export async function insertProposal(ctx: CoreContext, trx: Transaction<DB>, p: 
       kind: 'proposal' as const,
       pageId: np.pageId,
       proposalId: row.id,
-      payload: { proposal_id: row.id, event: 'created', kind: np.kind, origin: np.origin, path: np.path, proposer: { id: p.id, name: p.name, kind: p.kind }, reason: np.reason },
+      payload: {
+        proposal_id: row.id,
+        event: 'created',
+        kind: np.kind,
+        origin: np.origin,
+        path: np.path,
+        proposer: { id: p.id, name: p.name, kind: p.kind },
+        reason: np.reason,
+      },
     }));
   await pushEvents(ctx, trx, p.workspaceId, events, now);
   return row;

@@ -20,7 +20,6 @@ import { ObjectStore } from '../../store/git/object-store.js';
 
 export const PROPOSAL_STATUSES = ['open', 'accepted', 'rejected', 'superseded'] as const;
 
-
 /**
  * POST /api/v1/proposals and context_propose with content: a change for human review. An
  * existing page the caller can read (by node_id or path) gets an `edit`; a free path — or a
@@ -155,7 +154,14 @@ export async function getProposal(ctx: CoreContext, p: Principal, id: string): P
   return presentProposal(p, await loadProposal(ctx.store.db, p, id));
 }
 
-async function notifyProposer(ctx: CoreContext, trx: Transaction<DB>, p: Principal, row: ProposalsTable, event: 'accepted' | 'rejected', extra: Record<string, unknown>) {
+async function notifyProposer(
+  ctx: CoreContext,
+  trx: Transaction<DB>,
+  p: Principal,
+  row: ProposalsTable,
+  event: 'accepted' | 'rejected',
+  extra: Record<string, unknown>,
+) {
   if (row.proposer_id === p.id) return;
   await pushEvents(ctx, trx, p.workspaceId, [
     {
@@ -218,7 +224,10 @@ export async function acceptProposal(ctx: CoreContext, p: Principal, id: string,
       const target = parsePagePath(page!.path);
       const content = analyzeContent(raw, target.slug);
       enforce(decideWrite(p, rowFacts(page!), facts(page!.path, content)));
-      commitSha = raw === page!.content ? page!.commit_sha : (await commitPage(trx, p, { action: 'update', existing: page!, target, content, message, credit })).commit_sha;
+      commitSha =
+        raw === page!.content
+          ? page!.commit_sha
+          : (await commitPage(trx, p, { action: 'update', existing: page!, target, content, message, credit })).commit_sha;
     } else if (row.kind === 'archive') {
       const params = JSON.parse(row.params) as { reason?: ArchiveReason };
       const o = await setStateTx(ctx, trx, p, page!, 'archive', params.reason, { message, credit, allowPropose: false });
@@ -233,10 +242,21 @@ export async function acceptProposal(ctx: CoreContext, p: Principal, id: string,
     const decidedAt = new Date().toISOString();
     await trx
       .updateTable('proposals')
-      .set({ status: 'accepted', decided_by: p.id, decided_at: decidedAt, result_commit: commitSha, ...(input.content !== undefined ? { content: input.content } : {}) })
+      .set({
+        status: 'accepted',
+        decided_by: p.id,
+        decided_at: decidedAt,
+        result_commit: commitSha,
+        ...(input.content !== undefined ? { content: input.content } : {}),
+      })
       .where('id', '=', row.id)
       .execute();
-    await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'proposal.accept', pageId: row.page_id, detail: { proposal: row.id, commit: commitSha, proposer: row.proposer_id } });
+    await appendAudit(trx, p.workspaceId, {
+      principalId: p.id,
+      action: 'proposal.accept',
+      pageId: row.page_id,
+      detail: { proposal: row.id, commit: commitSha, proposer: row.proposer_id },
+    });
     await notifyProposer(ctx, trx, p, row, 'accepted', { commit_sha: commitSha });
     return loadProposal(trx, p, row.id);
   });

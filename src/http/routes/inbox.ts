@@ -44,12 +44,7 @@ export async function inboxRoutes(app: FastifyInstance, ctx: CoreContext): Promi
           state: z.enum(INBOX_STATES).default('unread'),
           after: inboxAfter(z.coerce.number()),
           limit: inboxLimit(z.coerce.number()),
-          wait: z.coerce
-            .number()
-            .min(0)
-            .max(INBOX_MAX_WAIT_S)
-            .default(0)
-            .describe('Seconds to wait for an event when there is none (0 to 25)'),
+          wait: z.coerce.number().min(0).max(INBOX_MAX_WAIT_S).default(0).describe('Seconds to wait for an event when there is none (0 to 25)'),
         }),
         response: {
           200: z.object({ events: z.array(EventSchema), next_after: z.number().int().describe('Pass as after= next time') }),
@@ -68,7 +63,14 @@ export async function inboxRoutes(app: FastifyInstance, ctx: CoreContext): Promi
       reply.raw.on('close', onClose);
       polls.add(ac);
       try {
-        return await listInbox(ctx, p, { state: q.state, after: q.after, limit: q.limit, waitMs: Math.round(q.wait * 1000), signal: ac.signal, markRead: false });
+        return await listInbox(ctx, p, {
+          state: q.state,
+          after: q.after,
+          limit: q.limit,
+          waitMs: Math.round(q.wait * 1000),
+          signal: ac.signal,
+          markRead: false,
+        });
       } finally {
         polls.delete(ac);
         reply.raw.off('close', onClose);

@@ -4,7 +4,16 @@ import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
 import { pageDiff, pageHistory, readPage } from '../../core/pages/read.js';
 import type { PageRecord } from '../../core/pages/record.js';
-import { archivePage, createOrProposePage, deletePage, movePage, restorePage, updateOrProposePage, type PageUpdate, type PublicOutcome } from '../../core/pages/write.js';
+import {
+  archivePage,
+  createOrProposePage,
+  deletePage,
+  movePage,
+  restorePage,
+  updateOrProposePage,
+  type PageUpdate,
+  type PublicOutcome,
+} from '../../core/pages/write.js';
 import { ArchiveReasonInput, BODY_PATH_MAX_CHARS, CommitMessage, PATH_MAX_CHARS, SECTION_MAX_CHARS, Sha, Title } from '../../core/pages/input.js';
 import { proposedView } from '../../presenters/proposals.js';
 import { writeResultView } from '../../presenters/pages.js';
@@ -99,7 +108,10 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
       if (req.query.format === 'md') {
         // Raw markdown bypasses the JSON serializer on purpose.
         const raw = reply as FastifyReply;
-        return raw.type('text/markdown; charset=utf-8').serializer((x: unknown) => String(x)).send(record.section ?? record.content);
+        return raw
+          .type('text/markdown; charset=utf-8')
+          .serializer((x: unknown) => String(x))
+          .send(record.section ?? record.content);
       }
       return record;
     },
@@ -214,9 +226,7 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
     async (req, reply) => sendOutcome(reply, await archivePage(ctx, caller(req), req.params.id, req.body.reason, req.body.message)),
   );
 
-  r.post(
-    '/nodes/:id/restore',
-    change('Return an archived page to active', optionalBody(z.strictObject({ message: CommitMessage }))),
-    async (req, reply) => sendOutcome(reply, await restorePage(ctx, caller(req), req.params.id, req.body.message, { allowPropose: true })),
+  r.post('/nodes/:id/restore', change('Return an archived page to active', optionalBody(z.strictObject({ message: CommitMessage }))), async (req, reply) =>
+    sendOutcome(reply, await restorePage(ctx, caller(req), req.params.id, req.body.message, { allowPropose: true })),
   );
 }

@@ -27,7 +27,13 @@ export async function principalRoutes(app: FastifyInstance, ctx: CoreContext): P
 
   r.get(
     '/principals',
-    { schema: { tags, summary: 'Humans and agents of the workspace (agents see id, name, kind only)', response: { 200: z.object({ principals: z.array(PrincipalSummarySchema) }), ...errors(401) } } },
+    {
+      schema: {
+        tags,
+        summary: 'Humans and agents of the workspace (agents see id, name, kind only)',
+        response: { 200: z.object({ principals: z.array(PrincipalSummarySchema) }), ...errors(401) },
+      },
+    },
     async (req) => ({ principals: await listPrincipals(ctx, caller(req)) }),
   );
 
@@ -59,7 +65,12 @@ export async function principalRoutes(app: FastifyInstance, ctx: CoreContext): P
     '/principals/:id',
     {
       config: { auth: 'session' },
-      schema: { tags, summary: 'Delete an agent (creator or owner); its keys die at once', params: IdParams, response: { 200: z.object({ deleted: z.literal(true), id: z.string() }), ...errors(401, 403, 404) } },
+      schema: {
+        tags,
+        summary: 'Delete an agent (creator or owner); its keys die at once',
+        params: IdParams,
+        response: { 200: z.object({ deleted: z.literal(true), id: z.string() }), ...errors(401, 403, 404) },
+      },
     },
     async (req) => {
       await deleteAgent(ctx, caller(req), req.params.id);
@@ -83,7 +94,7 @@ export async function principalRoutes(app: FastifyInstance, ctx: CoreContext): P
 
   r.get(
     '/principals/:id/grants',
-    { schema: { tags, summary: 'An agent\'s grants', params: IdParams, response: { 200: GrantsOut, ...errors(401, 403, 404) } } },
+    { schema: { tags, summary: "An agent's grants", params: IdParams, response: { 200: GrantsOut, ...errors(401, 403, 404) } } },
     async (req) => ({ grants: await getGrants(ctx, caller(req), req.params.id) }),
   );
 
@@ -93,7 +104,7 @@ export async function principalRoutes(app: FastifyInstance, ctx: CoreContext): P
       config: { auth: 'session' },
       schema: {
         tags,
-        summary: 'Replace an agent\'s grants (creator or owner); never above your role ceiling',
+        summary: "Replace an agent's grants (creator or owner); never above your role ceiling",
         params: IdParams,
         body: z.strictObject({ grants: z.array(GrantSchema).max(100) }),
         response: { 200: GrantsOut, ...errors(400, 401, 403, 404) },
@@ -106,7 +117,12 @@ export async function principalRoutes(app: FastifyInstance, ctx: CoreContext): P
     '/principals/:id/tokens',
     {
       config: { auth: 'session' },
-      schema: { tags, summary: 'An agent\'s keys, hints only', params: IdParams, response: { 200: z.object({ tokens: z.array(KeySchema) }), ...errors(401, 403, 404) } },
+      schema: {
+        tags,
+        summary: "An agent's keys, hints only",
+        params: IdParams,
+        response: { 200: z.object({ tokens: z.array(KeySchema) }), ...errors(401, 403, 404) },
+      },
     },
     async (req) => ({ tokens: await listKeys(ctx, caller(req), req.params.id) }),
   );

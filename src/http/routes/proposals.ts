@@ -25,7 +25,10 @@ export async function proposalRoutes(app: FastifyInstance, ctx: CoreContext): Pr
           cursor: z.string().min(1).max(200).optional().describe('next_cursor of the previous page'),
         }),
         response: {
-          200: z.object({ proposals: z.array(ProposalSchema), next_cursor: z.string().nullable().describe('Pass as cursor for the next page; null on the last') }),
+          200: z.object({
+            proposals: z.array(ProposalSchema),
+            next_cursor: z.string().nullable().describe('Pass as cursor for the next page; null on the last'),
+          }),
           ...errors(400, 401),
         },
       },
@@ -60,7 +63,14 @@ export async function proposalRoutes(app: FastifyInstance, ctx: CoreContext): Pr
 
   r.get(
     '/proposals/:id',
-    { schema: { tags, summary: 'One proposal; the proposed content is shown to humans only', params: IdParams, response: { 200: ProposalSchema, ...errors(401, 404) } } },
+    {
+      schema: {
+        tags,
+        summary: 'One proposal; the proposed content is shown to humans only',
+        params: IdParams,
+        response: { 200: ProposalSchema, ...errors(401, 404) },
+      },
+    },
     async (req) => getProposal(ctx, caller(req), req.params.id),
   );
 

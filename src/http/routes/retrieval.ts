@@ -18,9 +18,13 @@ const FilterText = (max: number) => z.string().max(max).regex(NoControl, 'must n
 const Entry = z.object({ id: z.string(), path: z.string(), title: z.string(), state: z.string(), why: z.string() });
 
 /** `tags=a,b` or `tags=a&tags=b`: every tag given must be on the page. */
-const Tags = z
-  .union([FilterText(2000), z.array(FilterText(2000)).max(SEARCH_MAX_TAGS)])
-  .transform((v) => [v].flat().flatMap((s) => s.split(',')).map((s) => s.trim()).filter((s) => s !== ''));
+const Tags = z.union([FilterText(2000), z.array(FilterText(2000)).max(SEARCH_MAX_TAGS)]).transform((v) =>
+  [v]
+    .flat()
+    .flatMap((s) => s.split(','))
+    .map((s) => s.trim())
+    .filter((s) => s !== ''),
+);
 
 const BundleParams = {
   intent: IntentText.describe('What the context is for; ranks the sections'),
@@ -80,7 +84,11 @@ export async function retrievalRoutes(app: FastifyInstance, ctx: CoreContext): P
   /** One handler for both forms: the parameters come from the body (POST) or the query (GET). */
   const answerBundle = async (params: BundleParams, req: FastifyRequest, reply: FastifyReply) => {
     const b = await buildBundle(ctx, caller(req), bundleOptions(params));
-    if (wantsMarkdown(req.headers.accept)) return reply.type('text/markdown; charset=utf-8').serializer((x: unknown) => String(x)).send(b.markdown);
+    if (wantsMarkdown(req.headers.accept))
+      return reply
+        .type('text/markdown; charset=utf-8')
+        .serializer((x: unknown) => String(x))
+        .send(b.markdown);
     return b;
   };
 
@@ -89,7 +97,8 @@ export async function retrievalRoutes(app: FastifyInstance, ctx: CoreContext): P
     {
       schema: {
         tags: ['retrieval'],
-        summary: 'Context bundle: ranked, deduplicated sections packed to budget_tokens (o200k tokens), each with its source; Accept: text/markdown for the markdown alone',
+        summary:
+          'Context bundle: ranked, deduplicated sections packed to budget_tokens (o200k tokens), each with its source; Accept: text/markdown for the markdown alone',
         body: BundleBody,
         response: { 200: BundleResponse, ...errors(400, 401, 403, 429) },
       },
@@ -121,7 +130,10 @@ export async function retrievalRoutes(app: FastifyInstance, ctx: CoreContext): P
           space: FilterText(100).optional(),
           cluster: FilterText(SCOPE_MAX_CHARS).optional().describe('A folder path; pages in it and in its sub-folders'),
           tags: Tags.optional(),
-          mode: z.enum(SEARCH_MODES).default('hybrid').describe('hybrid (default): keyword and vector rankings fused; fts: keyword only; vector: embeddings only'),
+          mode: z
+            .enum(SEARCH_MODES)
+            .default('hybrid')
+            .describe('hybrid (default): keyword and vector rankings fused; fts: keyword only; vector: embeddings only'),
           limit: searchLimit(z.coerce.number()),
           include_archived: QueryBool.default(false),
         }),

@@ -17,10 +17,17 @@ export async function securityRoutes(app: FastifyInstance, ctx: CoreContext): Pr
       config: { auth: 'session' },
       schema: {
         tags: ['identity'],
-        summary: 'Owner, step-up: every agent key, git token and OAuth token of the workspace dies, pending invites and elevations are revoked, and every other session loses access to this workspace',
+        summary:
+          'Owner, step-up: every agent key, git token and OAuth token of the workspace dies, pending invites and elevations are revoked, and every other session loses access to this workspace',
         params: z.object({ ws: RecordId }),
         response: {
-          200: z.object({ workspace: z.string(), token_epoch: z.number(), sessions_dropped: z.number(), invites_revoked: z.number(), elevations_revoked: z.number() }),
+          200: z.object({
+            workspace: z.string(),
+            token_epoch: z.number(),
+            sessions_dropped: z.number(),
+            invites_revoked: z.number(),
+            elevations_revoked: z.number(),
+          }),
           ...errors(401, 403, 404),
         },
       },

@@ -48,7 +48,6 @@ export async function spaceRoutes(app: FastifyInstance, ctx: CoreContext): Promi
         response: { 200: z.object({ space: SpaceSchema, tree: TreeFolderSchema }), ...errors(400, 401, 404) },
       },
     },
-    async (req) =>
-      spaceTree(ctx, caller(req), req.params.s, { path: req.query.path, depth: req.query.depth, includeArchived: req.query.include_archived }),
+    async (req) => spaceTree(ctx, caller(req), req.params.s, { path: req.query.path, depth: req.query.depth, includeArchived: req.query.include_archived }),
   );
 }

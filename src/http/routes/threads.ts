@@ -75,10 +75,9 @@ export async function threadRoutes(app: FastifyInstance, ctx: CoreContext): Prom
       {
         schema: {
           tags,
-          summary:
-            url.endsWith('/messages')
-              ? 'Alias of POST /api/v1/nodes/:id/threads'
-              : 'Post a message (collab grant for agents; any member for humans); mentions and replies reach those who can read the page',
+          summary: url.endsWith('/messages')
+            ? 'Alias of POST /api/v1/nodes/:id/threads'
+            : 'Post a message (collab grant for agents; any member for humans); mentions and replies reach those who can read the page',
           params: PageRefParams,
           body: PostBody,
           response: { 201: PostResultSchema, ...errors(400, 401, 403, 404, 423) },

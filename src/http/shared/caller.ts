@@ -58,7 +58,8 @@ export function addCallerHook(face: FastifyInstance, ctx: CoreContext): void {
       workspace: headerValue(req.headers['x-service-workspace']) ?? (typeof query?.workspace === 'string' ? query.workspace : undefined),
       allowPending: mode === 'pending',
     });
-    if ((mode === 'session' || mode === 'pending') && principal.via !== 'session') throw forbidden('This needs a signed-in human (web session)', 'session_required');
+    if ((mode === 'session' || mode === 'pending') && principal.via !== 'session')
+      throw forbidden('This needs a signed-in human (web session)', 'session_required');
     req.principal = principal;
   });
 }

@@ -55,11 +55,12 @@ export class BuiltinEmbeddings implements EmbeddingProvider {
       if (c) c[1]++;
       else counts.set(f, [w, 1]);
     };
-    const words = text
-      .normalize('NFKD')
-      .replace(/\p{M}/gu, '')
-      .toLowerCase()
-      .match(/[\p{L}\p{N}]+/gu) ?? [];
+    const words =
+      text
+        .normalize('NFKD')
+        .replace(/\p{M}/gu, '')
+        .toLowerCase()
+        .match(/[\p{L}\p{N}]+/gu) ?? [];
     for (const word of words) {
       if (word.length > 40 || STOP.has(word)) continue;
       const stem = stemmer(word);

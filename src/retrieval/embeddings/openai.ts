@@ -53,10 +53,7 @@ export class EmbeddingRequestError extends EmbeddingUnavailableError {
   /** HTTP attempts made for the failing batch. */
   readonly attempts: number;
 
-  constructor(
-    message: string,
-    init: { retryable: boolean; status?: number; code?: string; retryAfterMs?: number; attempts: number; cause?: unknown },
-  ) {
+  constructor(message: string, init: { retryable: boolean; status?: number; code?: string; retryAfterMs?: number; attempts: number; cause?: unknown }) {
     super(message, init.cause);
     this.name = 'EmbeddingRequestError';
     this.retryable = init.retryable;
@@ -269,12 +266,7 @@ export class OpenAIEmbeddings implements EmbeddingProvider {
       if (status < 200 || status >= 300) {
         const { message, code } = serverError(text);
         const retryable = status >= 500 || RETRY_STATUSES.has(status);
-        const hint =
-          status === 401 || status === 403
-            ? ' — check EMBEDDINGS_API_KEY'
-            : status === 404
-              ? ' — check EMBEDDINGS_URL and EMBEDDINGS_MODEL'
-              : '';
+        const hint = status === 401 || status === 403 ? ' — check EMBEDDINGS_API_KEY' : status === 404 ? ' — check EMBEDDINGS_URL and EMBEDDINGS_MODEL' : '';
         return {
           retryable,
           status,
@@ -404,9 +396,7 @@ function describeNetworkError(err: unknown): string {
   let e: unknown = err;
   for (let depth = 0; e && depth < 4; depth++) {
     const x = e as { message?: unknown; code?: unknown; cause?: unknown };
-    const s = [typeof x.code === 'string' ? x.code : '', typeof x.message === 'string' ? x.message : '']
-      .filter(Boolean)
-      .join(' ');
+    const s = [typeof x.code === 'string' ? x.code : '', typeof x.message === 'string' ? x.message : ''].filter(Boolean).join(' ');
     if (s && !parts.includes(s)) parts.push(s);
     e = x.cause;
   }

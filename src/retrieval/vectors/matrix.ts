@@ -150,7 +150,11 @@ export class VectorMatrix {
   private removeRow(r: number): void {
     const last = this.rowPage.length - 1;
     if (r !== last) {
-      new Uint8Array(this.memory.buffer).copyWithin(this.matrixOff + r * this.stride, this.matrixOff + last * this.stride, this.matrixOff + (last + 1) * this.stride);
+      new Uint8Array(this.memory.buffer).copyWithin(
+        this.matrixOff + r * this.stride,
+        this.matrixOff + last * this.stride,
+        this.matrixOff + (last + 1) * this.stride,
+      );
       const scales = new Float32Array(this.memory.buffer, this.scalesOff, this.capacity);
       scales[r] = scales[last]!;
       this.exact.copyWithin(r * this.dims, last * this.dims, (last + 1) * this.dims);
@@ -323,7 +327,7 @@ export function selectTop(scores: Float32Array, k: number): number[] {
   for (let i = 0; i < scores.length; i++) {
     if (heap.length < k) {
       heap.push(i);
-      for (let j = heap.length - 1; j > 0; ) {
+      for (let j = heap.length - 1; j > 0;) {
         const p = (j - 1) >> 1;
         if (!less(heap[j]!, heap[p]!)) break;
         [heap[j], heap[p]] = [heap[p]!, heap[j]!];

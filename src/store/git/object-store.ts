@@ -242,12 +242,7 @@ export class ObjectStore {
   }
 
   async getRef(name: string): Promise<string | null> {
-    const row = await this.db
-      .selectFrom('git_refs')
-      .select('sha')
-      .where('workspace_id', '=', this.workspaceId)
-      .where('name', '=', name)
-      .executeTakeFirst();
+    const row = await this.db.selectFrom('git_refs').select('sha').where('workspace_id', '=', this.workspaceId).where('name', '=', name).executeTakeFirst();
     return row?.sha ?? null;
   }
 
