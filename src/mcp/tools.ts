@@ -60,7 +60,13 @@ export interface ToolDef {
   readOnly: boolean;
   /** Appended to a `forbidden` error of this tool (e.g. where to go instead). */
   forbiddenHint?: string;
-  run(args: any, call: ToolCall): Promise<unknown>;
+  /** Called with the arguments the schema parsed (src/mcp/server.ts). */
+  run(args: unknown, call: ToolCall): Promise<unknown>;
+}
+
+/** A tool whose `run` sees its own schema's parsed arguments, typed; the table erases the type. */
+function tool<S extends z.ZodObject>(t: Omit<ToolDef, 'schema' | 'run'> & { schema: S; run(args: z.infer<S>, call: ToolCall): Promise<unknown> }): ToolDef {
+  return t as ToolDef;
 }
 
 const Scope = z.string().min(1).max(SCOPE_MAX_CHARS).describe('Space or space/folder');
@@ -89,7 +95,7 @@ function landedOrProposed(o: PublicOutcome, what: string): unknown {
 }
 
 export const TOOLS: ToolDef[] = [
-  {
+  tool({
     name: 'context_bundle',
     description: 'Markdown bundle of the sections most relevant to an intent, ranked, deduplicated, within a token budget; one source line per section.',
     schema: z.strictObject({
@@ -106,8 +112,8 @@ export const TOOLS: ToolDef[] = [
       await spendBundle();
       return (await buildBundle(ctx, p, bundleOptions(a))).markdown;
     },
-  },
-  {
+  }),
+  tool({
     name: 'context_search',
     description: 'Hybrid search; one result per page with id, path, title, state, score and snippet. Archived pages only with include_archived.',
     schema: z.strictObject({
@@ -123,8 +129,8 @@ export const TOOLS: ToolDef[] = [
       searchToolView(
         await searchPages(ctx, p, { q: a.query, ...splitScope(a.scope), tags: a.tags, mode: 'hybrid', limit: a.limit, includeArchived: a.include_archived }),
       ),
-  },
-  {
+  }),
+  tool({
     name: 'context_get',
     description: 'A page by id or path: full markdown redacted to your ceiling, with state, last_touched_at and commit_sha (pass it as base_sha when writing).',
     schema: z.strictObject({
@@ -136,8 +142,8 @@ export const TOOLS: ToolDef[] = [
     grants: ['read'],
     readOnly: true,
     run: async (a, { ctx, p }) => pageToolView(await readPage(ctx, p, pageRef(a, 'id, node_id or path'), { section: a.section })),
-  },
-  {
+  }),
+  tool({
     name: 'context_tree',
     description: 'Folder tree with summaries and pages under a Space or space/folder path; without path, the Spaces.',
     schema: z.strictObject({
@@ -154,16 +160,16 @@ export const TOOLS: ToolDef[] = [
       const rest = s.slice(space.length + 1);
       return spaceTree(ctx, p, space, { path: rest || undefined, depth: a.depth, includeArchived: a.include_archived });
     },
-  },
-  {
+  }),
+  tool({
     name: 'context_related',
     description: "A page's links, backlinks, folder neighbours and pages sharing tags.",
     schema: z.strictObject({ id: PageRef.optional(), node_id: PageRef.optional().describe('Alias of id') }),
     grants: ['read'],
     readOnly: true,
     run: async (a, { ctx, p }) => relatedPages(ctx, p, pageRef(a, 'id or node_id')),
-  },
-  {
+  }),
+  tool({
     name: 'context_propose',
     description:
       'Queue a change for human review: full content, or a unified-diff patch of an existing page. A free path proposes a new page. Pass base_sha (the commit_sha or content_hash you read): the reviewer then merges your change with what others changed since; without it, your content is taken as a change of the page as it is now.',
@@ -179,20 +185,22 @@ export const TOOLS: ToolDef[] = [
     readOnly: false,
     run: async (a, { ctx, p }) => {
       const ref = pageRef(a, 'path or id');
-      if ((a.content === undefined) === (a.patch === undefined)) throw badRequest('Send exactly one of content or patch');
-      const pr =
-        a.patch !== undefined
-          ? await createPatchProposal(ctx, p, { ref, patch: a.patch, reason: a.reason, baseSha: a.base_sha })
-          : await createProposal(ctx, p, {
-              ...(a.id !== undefined ? { node_id: a.id } : { path: a.path }),
-              content: a.content,
-              reason: a.reason,
-              base_sha: a.base_sha,
-            });
+      const exactlyOne = badRequest('Send exactly one of content or patch');
+      if (a.patch !== undefined) {
+        if (a.content !== undefined) throw exactlyOne;
+        return proposalToolView(await createPatchProposal(ctx, p, { ref, patch: a.patch, reason: a.reason, baseSha: a.base_sha }));
+      }
+      if (a.content === undefined) throw exactlyOne;
+      const pr = await createProposal(ctx, p, {
+        ...(a.id !== undefined ? { node_id: a.id } : { path: a.path }),
+        content: a.content,
+        reason: a.reason,
+        base_sha: a.base_sha,
+      });
       return proposalToolView(pr);
     },
-  },
-  {
+  }),
+  tool({
     name: 'context_write',
     description:
       'Commit full markdown (frontmatter included) to a path, creating or replacing the page. Pass base_sha (content_hash or commit_sha you read): concurrent edits then merge, or become a proposal.',
@@ -206,16 +214,16 @@ export const TOOLS: ToolDef[] = [
     readOnly: false,
     forbiddenHint: 'use context_propose',
     run: async (a, { ctx, p }) => writeToolView(await writePageAt(ctx, p, { path: a.path, content: a.content, baseSha: a.base_sha, message: a.message })),
-  },
-  {
+  }),
+  tool({
     name: 'context_log',
     description: 'Append one entry to log.md of a Space or space/folder.',
     schema: z.strictObject({ entry: z.string().min(1).max(MAX_LOG_ENTRY_CHARS), scope: Scope }),
     grants: ['propose'],
     readOnly: false,
     run: async (a, { ctx, p }) => appendLog(ctx, p, { scope: a.scope, entry: a.entry }),
-  },
-  {
+  }),
+  tool({
     name: 'context_archive',
     description: 'Archive a page (id) or every page of a folder (cluster_path space/folder). Without write it becomes a proposal.',
     schema: z.strictObject({
@@ -233,8 +241,8 @@ export const TOOLS: ToolDef[] = [
       }
       return landedOrProposed(await archivePage(ctx, p, pageRef(a, 'id, node_id or cluster_path'), a.reason), 'Archiving');
     },
-  },
-  {
+  }),
+  tool({
     name: 'context_restore',
     description: 'Return an archived page (id) or every archived page of a folder (cluster_path) to active.',
     schema: z.strictObject({
@@ -251,8 +259,8 @@ export const TOOLS: ToolDef[] = [
       }
       return landedOrProposed(await restorePage(ctx, p, pageRef(a, 'id, node_id or cluster_path')), 'Restoring');
     },
-  },
-  {
+  }),
+  tool({
     name: 'collab_post',
     description: "Post to a page's thread. Mentions (principal id or @name) reach their inbox; after 4 agent hops the thread locks.",
     schema: z.strictObject({
@@ -268,8 +276,8 @@ export const TOOLS: ToolDef[] = [
       if (a.body.trim() === '') throw badRequest('The body must not be blank');
       return postToolView(await postMessage(ctx, p, a.node, { body: a.body, kind: a.kind, reply_to: a.reply_to, mentions: a.mentions ?? [] }));
     },
-  },
-  {
+  }),
+  tool({
     name: 'collab_inbox',
     description: 'Your events (mentions, replies, proposals, conflicts), unread first; unread ones returned become read. wait_s long-polls.',
     schema: z.strictObject({
@@ -280,8 +288,8 @@ export const TOOLS: ToolDef[] = [
     grants: [],
     readOnly: true,
     run: async (a, { ctx, p, signal }) => listInboxUnreadFirst(ctx, p, { after: a.after, limit: a.limit, waitMs: a.wait_s * 1000, signal }),
-  },
-  {
+  }),
+  tool({
     name: 'collab_ack',
     description: 'Mark inbox events done: up_to (every seq up to it) or seqs.',
     schema: z.strictObject({
@@ -291,16 +299,16 @@ export const TOOLS: ToolDef[] = [
     grants: [],
     readOnly: false,
     run: async (a, { ctx, p }) => ackInbox(ctx, p, { up_to: a.up_to, seqs: a.seqs }),
-  },
-  {
+  }),
+  tool({
     name: 'context_whoami',
     description: 'Your identity, workspace, ceiling and grants, and the principals you can mention.',
     schema: z.strictObject({}),
     grants: [],
     readOnly: true,
     run: async (_a, { ctx, p }) => whoamiToolView(await describeCaller(ctx, p), await listPrincipals(ctx, p)),
-  },
-  {
+  }),
+  tool({
     name: 'search',
     description: 'Search pages; one result per page with id, title and url. Use fetch with the id for the text.',
     schema: z.strictObject({ query: QueryText.min(1) }),
@@ -308,13 +316,13 @@ export const TOOLS: ToolDef[] = [
     readOnly: true,
     run: async (a, { ctx, p }) =>
       searchConnectorView(ctx.config.publicUrl, await searchPages(ctx, p, { q: a.query, mode: 'hybrid', limit: SEARCH_DEFAULT_LIMIT, includeArchived: false })),
-  },
-  {
+  }),
+  tool({
     name: 'fetch',
     description: 'Full text of a page by the id search returned, redacted to your ceiling.',
     schema: z.strictObject({ id: PageRef }),
     grants: ['read'],
     readOnly: true,
     run: async (a, { ctx, p }) => fetchToolView(ctx.config.publicUrl, await readPage(ctx, p, a.id)),
-  },
+  }),
 ];
