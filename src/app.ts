@@ -10,6 +10,7 @@ import { healthFace } from './http/health-face.js';
 import { registerHostCheck } from './http/hosts.js';
 import { registerRateLimits } from './http/limits.js';
 import { requestSerializer } from './http/log-redact.js';
+import { openRateLimitStore } from './store/rate-limits.js';
 import { restFace } from './http/rest-face.js';
 import { decoratePrincipal } from './http/shared/caller.js';
 import { sendError, toServiceError } from './http/shared/errors.js';
@@ -88,7 +89,11 @@ export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise
   // stay here, not in the faces: their buckets are keyed by URL so that unknown routes and faces
   // not built yet (git, OAuth) are counted too, and /mcp shares the /api/v1 bucket.
   registerHostCheck(app, ctx.config);
-  registerRateLimits(app, ctx);
+  registerRateLimits(app, ctx, {
+    store: ctx.config.rateLimits.enabled
+      ? openRateLimitStore({ dialect: ctx.store.dialect, dataDir: ctx.config.dataDir, databaseUrl: ctx.config.databaseUrl })
+      : undefined,
+  });
 
   // The faces, each an encapsulated plugin: its hooks, parsers and error handler stay inside it.
   // The order is the order of the OpenAPI document.

@@ -2,7 +2,6 @@ import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest }
 import type { RateLimits } from '../config.js';
 import type { CoreContext } from '../core/context.js';
 import { ServiceError } from '../core/errors.js';
-import { openRateLimitStore, type RateLimitResult, type RateLimitStore } from '../store/rate-limits.js';
 import { clientKey } from './client-ip.js';
 
 /**
@@ -103,11 +102,27 @@ function methodOf(req: FastifyRequest): string {
 const OFF_WARNING =
   'RATE LIMITS ARE OFF (RATE_LIMITS=off): no request is limited — logins can be guessed at full speed. Use this only for benchmarks or behind a limiting proxy.';
 
+/** One bucket hit's answer (src/store/rate-limits.ts gives it). */
+export interface RateLimitResult {
+  allowed: boolean;
+  /** Whole seconds until a refused hit would pass (≥ 1 when refused, 0 when allowed). */
+  retryAfterSeconds: number;
+  /** Whole tokens left after this hit. */
+  remaining: number;
+}
+
+/** The token-bucket store the limits spend from: the composition root opens it (src/app.ts). */
+export interface BucketStore {
+  hit(bucket: string, spec: { capacity: number; refillPerSecond: number }): Promise<RateLimitResult>;
+  prune(idleMs: number): Promise<number>;
+  close(): Promise<void>;
+}
+
 export interface RateLimitOptions {
   /** Where the start warning and store failures go; the app's logger by default. */
   log?: FastifyBaseLogger;
-  /** The bucket store; opened from the config by default (tests inject a failing one). */
-  store?: RateLimitStore;
+  /** The bucket store; needed when the limits are on (tests inject a failing one). */
+  store?: BucketStore;
 }
 
 /**
@@ -127,7 +142,8 @@ export function registerRateLimits(app: FastifyInstance, ctx: Pick<CoreContext, 
     return;
   }
   const rules = limitRules(limits);
-  const store = opts.store ?? openRateLimitStore({ dialect: ctx.store.dialect, dataDir: ctx.config.dataDir, databaseUrl: ctx.config.databaseUrl });
+  if (!opts.store) throw new Error('rate limits are on but no bucket store was given');
+  const store: BucketStore = opts.store;
 
   let failing = false;
   async function hit(bucket: string, rule: Rule): Promise<RateLimitResult | null> {
