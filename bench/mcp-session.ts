@@ -20,34 +20,37 @@
  * context). Totals per actor and overall; the human's REST steps are listed but not in the MCP
  * totals.
  *
- * Deterministic: fixed content and a fixed script. What the service makes up per run (ids,
+ * Deterministic: fixed content and a fixed script; the embedding backlog is drained before every
+ * step, and no bundle reaches its budget (BUNDLE_BUDGET). What the service makes up per run (ids,
  * timestamps, commit shas, the prompt's data boundary, sign-up e-mails) is replaced, before
- * counting, by stand-ins of the same shape, assigned in sorted order of the real values from a
- * seeded generator, so two runs print the same figures. Timing is reported apart (`timing`).
+ * counting, by same-shape stand-ins from a seeded generator (Normalizer), so two runs print the
+ * same figures. Timing is reported apart (`timing`). `--dump=DIR` also writes what the model
+ * read at each step (normalized) to DIR, to compare the answers of two versions.
  *
  * Standalone: `npx tsx bench/mcp-session.ts` prints one JSON object; `npm run bench` runs it as
  * `mcp_session` through bench/run.ts.
  */
+import fs from 'node:fs';
+import path from 'node:path';
 import { Client as McpClient } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { loadConfig } from '../src/config.js';
 import { TOKENIZER, tokenCount } from '../src/retrieval/tokens.js';
 import { startServer, type RunningServer } from '../src/server.js';
-import { type Client, createAgentWithKey, joinAs, type Res, signupHuman } from '../test/support/server.js';
+import { type Client, createAgentWithKey, type Res, signupHuman } from '../test/support/server.js';
 import { rng } from './content.js';
-import {
-  CANARY_DECISION,
-  deployRunbookUpdated,
-  EDITOR_ASK,
-  LOG_ENTRY,
-  PAGES,
-  roadmapProposed,
-  SPACES,
-  THREAD_OPENER,
-} from './mcp-session-workspace.js';
+import { CANARY_DECISION, deployRunbookUpdated, EDITOR_ASK, LOG_ENTRY, PAGES, roadmapProposed, SPACES, THREAD_OPENER } from './mcp-session-workspace.js';
 import { installCleanupHandlers, log, makeTempDir, removeTempDir, round, runStandalone, SERVICE_ENV } from './util.js';
 
 const PUBLIC_URL = 'https://vault.example.com';
+
+/**
+ * Every bundle and prompt asks for more than its scope holds, so nothing is cut at the budget:
+ * which section makes the cut would depend on how this run's ids and commit shas tokenize (each
+ * section's source line carries them), and a cut bundle's size says little but its budget.
+ * The default of `load_project_context` (4000) is above the `eng` Space's whole text too.
+ */
+const BUNDLE_BUDGET = 4000;
 
 type Outcome = 'ok' | 'error';
 type ActorName = 'scribe' | 'scout' | 'dana';
@@ -130,6 +133,9 @@ function rpcBody(e: Exchange | undefined): { result?: unknown; error?: { code: n
 class Session {
   readonly steps: RawStep[] = [];
 
+  /** `settle` runs before every step: the embedding backlog is drained, so retrieval sees every write. */
+  constructor(private readonly settle: () => Promise<unknown>) {}
+
   /**
    * Runs one MCP step: `run` makes the SDK call and says what the model reads of a success. A
    * JSON-RPC error (thrown by the SDK) is an error step whose text is the error's message as sent.
@@ -142,6 +148,7 @@ class Session {
     wants: Outcome,
     run: () => Promise<{ value: T; text: string; structured?: unknown; isError?: boolean }>,
   ): Promise<T | undefined> {
+    await this.settle();
     agent.exchanges.length = 0;
     const t0 = performance.now();
     let value: T | undefined;
@@ -164,7 +171,20 @@ class Session {
     const mine = agent.exchanges.filter((x) => x.method === method);
     const answer = rpcBody(mine[0]);
     const result = JSON.stringify(answer?.result ?? answer?.error ?? null);
-    this.steps.push({ actor: agent.name, face: 'mcp', step, method, ...(tool ? { tool } : {}), outcome, wants, text, structured, result, wire: mine.map((x) => x.body), ms });
+    this.steps.push({
+      actor: agent.name,
+      face: 'mcp',
+      step,
+      method,
+      ...(tool ? { tool } : {}),
+      outcome,
+      wants,
+      text,
+      structured,
+      result,
+      wire: mine.map((x) => x.body),
+      ms,
+    });
     log(`  ${agent.name}: ${step} → ${outcome}`);
     return value;
   }
@@ -188,6 +208,7 @@ class Session {
   }
 
   async rest(actor: ActorName, step: string, method: string, wants: Outcome, run: () => Promise<Res>): Promise<Res> {
+    await this.settle();
     const t0 = performance.now();
     const res = await run();
     const ms = performance.now() - t0;
@@ -211,6 +232,7 @@ const SHORT_HEX = /\b[0-9a-f]{7,23}\b/g;
 const SIGNUP_EMAIL = /\b([a-z]+)-\d+-\d+-\d+@example\.com\b/g;
 /** A fixed time for the stand-ins: 2026-03-02T09:30:00.000Z. */
 const BASE_MS = Date.UTC(2026, 2, 2, 9, 30, 0);
+const TIME_STANDIN = '2026-03-02T09:31:17.482Z';
 
 function encodeTime(ms: number): string {
   let out = '';
@@ -223,10 +245,11 @@ function encodeTime(ms: number): string {
 }
 
 /**
- * Replaces ids (`pg_<ulid>`…), ISO timestamps, long hex strings (and 7+ digit prefixes of them,
- * as short commit ids) and sign-up e-mails by stand-ins. Each distinct real value gets one
- * stand-in; they are assigned in sorted order of the real values, so the mapping depends only
- * on how many distinct values there are, never on what they were.
+ * Replaces ids (`pg_<ulid>`…), long hex strings (and 7+ digit prefixes of them, as short commit
+ * ids), ISO timestamps and sign-up e-mails by stand-ins. Each distinct id or hex string gets one
+ * stand-in, assigned in order of first appearance over the session's answers (a fixed script
+ * gives a fixed order), so the mapping never depends on what the real values were; every
+ * timestamp gets the same one.
  */
 class Normalizer {
   private readonly map = new Map<string, string>();
@@ -234,45 +257,44 @@ class Normalizer {
 
   constructor(texts: string[]) {
     const r = rng(1313);
-    const ids = new Set<string>();
-    const times = new Set<string>();
-    const hexes = new Set<string>();
+    let ids = 0;
     for (const t of texts) {
-      for (const m of t.matchAll(ULID_ID)) ids.add(m[0]);
-      for (const m of t.matchAll(ISO_TIME)) times.add(m[0]);
-      for (const m of t.matchAll(LONG_HEX)) hexes.add(m[0]);
+      // One pass per text in order of position, so a value's rank is where it first shows.
+      const found = [
+        ...[...t.matchAll(ULID_ID)].map((m) => ({ at: m.index, v: m[0], kind: 'id' as const })),
+        ...[...t.matchAll(LONG_HEX)].map((m) => ({ at: m.index, v: m[0], kind: 'hex' as const })),
+      ].sort((a, b) => a.at - b.at);
+      for (const { v, kind } of found) {
+        if (this.map.has(v)) continue;
+        if (kind === 'id') {
+          let rand = '';
+          for (let k = 0; k < 16; k++) rand += CROCKFORD[Math.floor(r() * 32)]!;
+          // Ids made in one session share their time prefix, as real ones do.
+          this.map.set(v, `${v.slice(0, 3)}${encodeTime(BASE_MS + ids++ * 37)}${rand}`);
+        } else {
+          let h = '';
+          for (let k = 0; k < v.length; k++) h += '0123456789abcdef'[Math.floor(r() * 16)]!;
+          this.map.set(v, h);
+          this.hexes.push(v);
+        }
+      }
     }
-    // ULIDs sort by time: the stand-ins keep their order and their shared time prefix.
-    [...ids]
-      .sort((a, b) => a.slice(3).localeCompare(b.slice(3)) || a.localeCompare(b))
-      .forEach((id, i) => {
-        let rand = '';
-        for (let k = 0; k < 16; k++) rand += CROCKFORD[Math.floor(r() * 32)]!;
-        this.map.set(id, `${id.slice(0, 3)}${encodeTime(BASE_MS + i * 37)}${rand}`);
-      });
-    [...times].sort().forEach((t, i) => {
-      const iso = new Date(BASE_MS + i * 1013).toISOString();
-      this.map.set(t, t.includes('.') ? iso : iso.replace(/\.\d{3}Z$/, 'Z'));
-    });
-    [...hexes].sort().forEach((h) => {
-      let s = '';
-      for (let k = 0; k < h.length; k++) s += '0123456789abcdef'[Math.floor(r() * 16)]!;
-      this.map.set(h, s);
-      this.hexes.push(h);
-    });
   }
 
   apply(s: string): string {
-    return s
-      .replace(ULID_ID, (m) => this.map.get(m) ?? m)
-      .replace(ISO_TIME, (m) => this.map.get(m) ?? m)
-      .replace(LONG_HEX, (m) => this.map.get(m) ?? m)
-      .replace(SHORT_HEX, (m) => {
-        // A short commit id: the same prefix of the full one's stand-in.
-        const full = this.hexes.find((h) => h.startsWith(m));
-        return full ? this.map.get(full)!.slice(0, m.length) : m;
-      })
-      .replace(SIGNUP_EMAIL, '$1@example.com');
+    return (
+      s
+        .replace(ULID_ID, (m) => this.map.get(m) ?? m)
+        // One time for all: two writes in the same millisecond would otherwise change the count of distinct times.
+        .replace(ISO_TIME, (m) => (m.includes('.') ? TIME_STANDIN : TIME_STANDIN.replace(/\.\d{3}Z$/, 'Z')))
+        .replace(LONG_HEX, (m) => this.map.get(m) ?? m)
+        .replace(SHORT_HEX, (m) => {
+          // A short commit id: the same prefix of the full one's stand-in.
+          const full = this.hexes.find((h) => h.startsWith(m));
+          return full ? this.map.get(full)!.slice(0, m.length) : m;
+        })
+        .replace(SIGNUP_EMAIL, '$1@example.com')
+    );
   }
 }
 
@@ -324,11 +346,18 @@ function sum(steps: StepFigures[]): Totals {
   return t;
 }
 
-function figures(raw: RawStep[], extraTexts: string[]): StepFigures[] {
+/** Counts every step; with `dumpDir`, also writes what each step's model read (normalized) there, for comparing runs. */
+function figures(raw: RawStep[], extraTexts: string[], dumpDir: string | undefined): StepFigures[] {
   const norm = new Normalizer([...raw.flatMap((s) => [s.text, s.structured ?? '', s.result, ...s.wire]), ...extraTexts]);
+  if (dumpDir) fs.mkdirSync(dumpDir, { recursive: true });
   return raw.map((s, i) => {
     const text = norm.apply(s.text);
     const structured = s.structured === undefined ? undefined : norm.apply(s.structured);
+    if (dumpDir) {
+      const name = `${String(i + 1).padStart(2, '0')}-${s.actor}-${s.step.replace(/[^a-z0-9]+/gi, '-').replace(/^-|-$/g, '')}`;
+      fs.writeFileSync(path.join(dumpDir, `${name}.txt`), text);
+      if (structured !== undefined) fs.writeFileSync(path.join(dumpDir, `${name}.structured.json`), structured);
+    }
     const f: StepFigures = {
       n: i + 1,
       actor: s.actor,
@@ -367,6 +396,15 @@ async function seed(owner: Client): Promise<Map<string, string>> {
   }
   await must(await owner.post(`/api/v1/nodes/${ids.get('eng/runbooks/deploy-payments.md')}/threads`, { body: THREAD_OPENER, kind: 'question' }), 'open thread');
   return ids;
+}
+
+/** A human named `name` joins the workspace as an editor through an invite (test/support's joinAs names them after the role). */
+async function joinAsEditor(owner: Client, slug: string, name: string): Promise<{ client: Client; id: string }> {
+  const inv = await must(await owner.post(`/api/v1/workspaces/${slug}/invites`, { role: 'editor' }), 'invite');
+  const h = await signupHuman(owner.base, name);
+  await must(await h.client.post(`/api/v1/invites/${inv.body.token}/accept`), 'accept invite');
+  h.client.workspace = slug;
+  return { client: h.client, id: h.id };
 }
 
 function promptText(r: { messages: { content: { type: string; text?: string } }[] }): string {
@@ -416,7 +454,7 @@ export interface McpSessionResult {
   timing: { total_ms: number; per_step_ms: { n: number; ms: number }[] };
 }
 
-export async function benchMcpSession(): Promise<McpSessionResult> {
+export async function benchMcpSession(opts: { dumpDir?: string | undefined } = {}): Promise<McpSessionResult> {
   const t0 = performance.now();
   const dataDir = makeTempDir('mcp-session');
   let server: RunningServer | undefined;
@@ -430,9 +468,13 @@ export async function benchMcpSession(): Promise<McpSessionResult> {
     const olive = await signupHuman(base, 'Olive');
     const owner = olive.client;
     const ids = await seed(owner);
-    const scribeKey = await createAgentWithKey(owner, [{ action: 'read' }, { action: 'write' }, { action: 'search' }, { action: 'propose' }, { action: 'collab' }], {
-      name: 'Scribe',
-    });
+    const scribeKey = await createAgentWithKey(
+      owner,
+      [{ action: 'read' }, { action: 'write' }, { action: 'search' }, { action: 'propose' }, { action: 'collab' }],
+      {
+        name: 'Scribe',
+      },
+    );
     const scoutKey = await createAgentWithKey(
       owner,
       [
@@ -442,9 +484,10 @@ export async function benchMcpSession(): Promise<McpSessionResult> {
       ],
       { name: 'Scout', ceiling: 'internal' },
     );
-    const dana = await joinAs(owner, olive.workspace.slug, 'editor', 'Dana');
+    const dana = await joinAsEditor(owner, olive.workspace.slug, 'Dana');
 
-    const s = new Session();
+    const running = server;
+    const s = new Session(() => running.ctx.retrieval.worker.drain());
     const deploy = 'eng/runbooks/deploy-payments.md';
 
     // --- Scribe orients itself -------------------------------------------------------------
@@ -471,11 +514,12 @@ export async function benchMcpSession(): Promise<McpSessionResult> {
 
     // --- Scribe does the work ----------------------------------------------------------------
     const inbox = await s.tool(scribe, 'collab_inbox', 'collab_inbox', {});
-    const events = (inbox?.events ?? []) as { seq: number; message_id?: string; message?: { id?: string }; [k: string]: unknown }[];
+    const events = (inbox?.events ?? []) as { seq: number; payload?: { message_id?: string } }[];
     const askEvent = events.find((e) => JSON.stringify(e).includes('flag cohort'));
-    await s.tool(scribe, 'context_bundle (intent, 2000 tokens)', 'context_bundle', {
-      intent: 'canary checks and rollback of the payments deploy, and the feature flag decision',
-      budget_tokens: 2000,
+    await s.tool(scribe, 'context_bundle eng/runbooks', 'context_bundle', {
+      intent: 'canary checks and rollback of the payments deploy',
+      scope: 'eng/runbooks',
+      budget_tokens: BUNDLE_BUDGET,
     });
     const hits = await s.tool(scribe, 'context_search "canary flag cohort"', 'context_search', { query: 'canary flag cohort' });
     // The agent opens the runbook among the hits (the mention named it).
@@ -495,7 +539,7 @@ export async function benchMcpSession(): Promise<McpSessionResult> {
     });
     const who = await s.tool(scribe, 'context_whoami (to find Dana)', 'context_whoami', {});
     const danaRef = (who?.mentionable as { id: string; name: string }[] | undefined)?.find((m) => m.name === 'Dana')?.id ?? '@Dana';
-    const replyTo = askEvent?.message_id ?? askEvent?.message?.id;
+    const replyTo = askEvent?.payload?.message_id;
     await s.tool(scribe, 'collab_post answer with mention', 'collab_post', {
       node: deploy,
       body: 'Done: the canary step now checks every flag cohort turned on in the release, and the decision is in eng/decisions/2026-03-canary-flag-cohorts.md.',
@@ -513,7 +557,7 @@ export async function benchMcpSession(): Promise<McpSessionResult> {
     agents.push(scout);
     await orient(s, scout, performance.now() - c0);
     await s.mcp(scout, 'prompts/get load_project_context product', 'prompts/get', 'load_project_context', 'ok', async () => {
-      const r = await scout.client.getPrompt({ name: 'load_project_context', arguments: { project: 'product', budget_tokens: '1500' } });
+      const r = await scout.client.getPrompt({ name: 'load_project_context', arguments: { project: 'product', budget_tokens: String(BUNDLE_BUDGET) } });
       return { value: r, text: promptText(r) };
     });
     await s.tool(scout, 'context_search "usage billing cap" scope product', 'context_search', { query: 'usage billing cap', scope: 'product' });
@@ -528,7 +572,10 @@ export async function benchMcpSession(): Promise<McpSessionResult> {
     });
     const found = await s.tool(scout, 'context_search "starter export"', 'context_search', { query: 'starter plan CSV export' });
     const stale = (found?.results as { id: string; path: string }[] | undefined)?.find((h) => h.path === 'product/specs/starter-export.md')?.id;
-    await s.tool(scout, 'context_archive by propose-only agent', 'context_archive', { id: stale ?? ids.get('product/specs/starter-export.md'), reason: 'stale' });
+    await s.tool(scout, 'context_archive by propose-only agent', 'context_archive', {
+      id: stale ?? ids.get('product/specs/starter-export.md'),
+      reason: 'stale',
+    });
     await s.tool(scout, 'context_tree product', 'context_tree', { path: 'product' });
 
     // --- Dana reviews Scout's proposals (REST) ----------------------------------------------
@@ -537,23 +584,36 @@ export async function benchMcpSession(): Promise<McpSessionResult> {
       (p) => p.path === 'product/roadmap-2026.md',
     );
     for (const p of proposals) {
-      await s.rest('dana', 'accept the roadmap proposal', 'POST /api/v1/proposals/:id/accept', 'ok', () => dana.client.post(`/api/v1/proposals/${p.id}/accept`, {}));
+      await s.rest('dana', 'accept the roadmap proposal', 'POST /api/v1/proposals/:id/accept', 'ok', () =>
+        dana.client.post(`/api/v1/proposals/${p.id}/accept`, {}),
+      );
     }
     await s.tool(scout, 'collab_inbox (proposal outcome)', 'collab_inbox', {});
 
     // --- Errors an LLM runs into ------------------------------------------------------------
     await s.tool(scribe, 'error: context_search unknown scope', 'context_search', { query: 'deploy', scope: 'engineering' }, 'error');
     await s.tool(scout, 'error: context_bundle unknown scope', 'context_bundle', { intent: 'pricing discounts', scope: 'marketing' }, 'error');
+    await s.mcp(scout, 'error: load_project_context unknown project', 'prompts/get', 'load_project_context', 'error', async () => {
+      const r = await scout.client.getPrompt({ name: 'load_project_context', arguments: { project: 'marketing' } });
+      return { value: r, text: promptText(r) };
+    });
+    await s.tool(scribe, 'error: context_log unknown scope', 'context_log', { scope: 'engineering', entry: LOG_ENTRY }, 'error');
     await s.tool(scribe, 'error: context_get path without .md', 'context_get', { path: 'eng/runbooks/deploy-payments' }, 'error');
     await s.tool(scribe, 'error: context_search misspelled argument', 'context_search', { qurey: 'rollback' }, 'error');
     await s.tool(scribe, 'error: context_get missing section', 'context_get', { path: deploy, section: 'Roll back' }, 'error');
-    await s.tool(scribe, 'numeric string for budget_tokens', 'context_bundle', { intent: 'rollback', budget_tokens: '1000' }, 'ok');
+    await s.tool(
+      scribe,
+      'numeric string for budget_tokens',
+      'context_bundle',
+      { intent: 'rollback', scope: 'eng/runbooks', budget_tokens: String(BUNDLE_BUDGET) },
+      'ok',
+    );
 
     // Every commit sha of every page, so short commit ids anywhere in the answers normalize too.
     const histories: string[] = [];
     for (const id of ids.values()) histories.push((await owner.get(`/api/v1/nodes/${id}/history`)).text);
 
-    const steps = figures(s.steps, histories);
+    const steps = figures(s.steps, histories, opts.dumpDir);
     const mcpSteps = steps.filter((x) => x.face === 'mcp');
     const restSteps = steps.filter((x) => x.face === 'rest');
     const init = steps.filter((x) => x.method === 'initialize');
@@ -569,7 +629,7 @@ export async function benchMcpSession(): Promise<McpSessionResult> {
     return {
       tokenizer: TOKENIZER,
       normalization:
-        'ids (xx_<ulid>), ISO timestamps, hex of 24+ digits (and 7+ digit prefixes of them) and sign-up e-mails replaced by same-shape stand-ins before counting',
+        'ids (xx_<ulid>), hex of 24+ digits (and 7+ digit prefixes of them), ISO timestamps and sign-up e-mails replaced by same-shape stand-ins before counting',
       service: { name: scribe.client.getServerVersion()?.name, version: scribe.client.getServerVersion()?.version, retrieval_mode: mode },
       workspace: { spaces: SPACES.length, pages: PAGES.length },
       actors: {
@@ -604,5 +664,6 @@ export async function benchMcpSession(): Promise<McpSessionResult> {
 // Standalone run.
 if (process.argv[1] && import.meta.url === new URL(`file://${process.argv[1]}`).href) {
   installCleanupHandlers();
-  runStandalone(async () => ({ mcp_session: await benchMcpSession() }));
+  const dump = process.argv.find((a) => a.startsWith('--dump='))?.slice('--dump='.length);
+  runStandalone(async () => ({ mcp_session: await benchMcpSession({ dumpDir: dump ? path.resolve(dump) : undefined }) }));
 }

@@ -7,12 +7,13 @@
 import os from 'node:os';
 import { benchBytesPerCommit, snapshotBeforeSeed } from './bytes.js';
 import { benchMcp } from './mcp.js';
+import { benchMcpSession } from './mcp-session.js';
 import { benchReads } from './reads.js';
 import { RETRIEVAL_NAMES, runRetrievalBenches } from './retrieval-suite.js';
 import { cleanupAllSync, fsyncProbe, installCleanupHandlers, loadAverage, log, makeTempDir, removeTempDir, round } from './util.js';
 import { benchCoreWrites, benchRestWrites, closeFixture, seedFolder, setupFixture, type Fixture } from './writes.js';
 
-const NAMES = ['writes', 'bytes_per_commit', 'reads', 'mcp', ...RETRIEVAL_NAMES] as const;
+const NAMES = ['writes', 'bytes_per_commit', 'reads', 'mcp', 'mcp_session', ...RETRIEVAL_NAMES] as const;
 type Name = (typeof NAMES)[number];
 
 class UsageError extends Error {}
@@ -104,6 +105,12 @@ async function main(): Promise<void> {
   if (only.has('mcp')) {
     out.mcp = await benchMcp({ durationS: size.readS, warmupS: size.readWarmupS, connections: 8 });
     loads.after_mcp = loadAverage();
+  }
+
+  if (only.has('mcp_session')) {
+    // Token figures of a scripted agent session; the same with --quick (it has no duration).
+    out.mcp_session = await benchMcpSession();
+    loads.after_mcp_session = loadAverage();
   }
 
   await runRetrievalBenches(only, quick, out, loads);
