@@ -54,6 +54,10 @@ export async function hasKeywordIndex(store: Store, workspaceId: string): Promis
 
 /** Creates the workspace's tables when missing (in the caller's transaction). */
 export async function ensureKeywordIndex(db: Executor, workspaceId: string): Promise<void> {
+  // Every page write passes here: one lookup, and the eight statements only for a new workspace.
+  const names = LEVELS.flatMap((l) => [`kw_${l}_${suffix(workspaceId)}`, `kwv_${l}_${suffix(workspaceId)}`]);
+  const have = await sql<{ n: number }>`select count(*) as n from sqlite_master where name in (${sql.join(names)})`.execute(db);
+  if (Number(have.rows[0]?.n ?? 0) === names.length) return;
   for (const level of LEVELS) {
     const t = keywordTable(workspaceId, level);
     await sql`create virtual table if not exists ${t} using fts5(

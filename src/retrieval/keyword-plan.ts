@@ -95,9 +95,9 @@ export async function termDocCounts(store: Store, terms: string[], scope: CountS
     // A table count of 0 is never cached, so it is current: nothing to count. Any other table
     // count may be a cached one and must not bound this one (it counts sections the caller
     // cannot reach).
-    const bound = table.get(t)!;
-    if (bound === 0 || out.has(t)) {
-      out.set(t, out.get(t) ?? 0);
+    if (out.has(t)) continue;
+    if (table.get(t) === 0) {
+      out.set(t, 0);
       continue;
     }
     // The word as the user typed it, as one FTS5 phrase: the index's tokenizer folds and stems
