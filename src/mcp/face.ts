@@ -6,6 +6,7 @@ import { toServiceError } from '../http/shared/errors.js';
 import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { ExchangeTransport } from './exchange.js';
 import { buildServer, buildShared, type McpCallContext } from './server.js';
+import type { Toolset } from './tools/index.js';
 
 /** The face's two endpoints: the token's own workspace, and one pinned to a workspace slug. */
 export const MCP_PATHS = ['/mcp', '/w/:slug/mcp'] as const;
@@ -31,6 +32,13 @@ export function resourceMetadataUrl(publicUrl: string, slug: string | undefined)
   const prefix = base.pathname.replace(/\/+$/, '');
   const resource = slug === undefined ? '/mcp' : `/w/${encodeURIComponent(slug)}/mcp`;
   return `${base.origin}/.well-known/oauth-protected-resource${prefix}${resource}`;
+}
+
+/** The toolset asked for in the query (`?toolset=spec|extended`); undefined when unknown. */
+function toolsetOf(query: unknown): Toolset | undefined {
+  const v = (query as Record<string, unknown> | undefined)?.toolset;
+  if (v === undefined || v === 'spec') return 'spec';
+  return v === 'extended' ? 'extended' : undefined;
 }
 
 function sendRpcError(reply: FastifyReply, e: ServiceError, rpcCode = e.status >= 500 ? INTERNAL_ERROR : SERVER_ERROR): FastifyReply {
@@ -95,6 +103,10 @@ export async function mcpFace(face: FastifyInstance): Promise<void> {
     } catch {
       return sendRpcError(reply, new ServiceError(400, 'invalid_json', 'Parse error: the body is not valid JSON'), PARSE_ERROR);
     }
+    const toolset = toolsetOf(req.query);
+    if (toolset === undefined) {
+      return sendRpcError(reply, new ServiceError(400, 'invalid_request', 'toolset must be spec or extended'));
+    }
     const ac = new AbortController();
     inFlight.add(ac);
     const mcp = idle.pop() ?? buildServer(ctx, shared, face.log);
@@ -117,6 +129,7 @@ export async function mcpFace(face: FastifyInstance): Promise<void> {
       const call: McpCallContext = {
         principal: req.principal!,
         signal: ac.signal,
+        toolset,
         spendBundle: () => req.spendLimit('bundle'),
         spendCall: async () => {
           if (++calls > 1) await req.spendLimit('api');

@@ -24,7 +24,7 @@ import { spaceIndexView } from '../presenters/spaces.js';
 import { VERSION } from '../version.js';
 import { PROMPT, runPrompt } from './prompt.js';
 import { asServiceError, toolError, toolResult } from './results.js';
-import { TOOLS, type ToolDef } from './tools.js';
+import { TOOLSETS, type ToolDef, type Toolset } from './tools/index.js';
 
 /** Spec §4: the MCP server's name and version. */
 export const SERVER_INFO = { name: 'service-connect', version: VERSION } as const;
@@ -42,6 +42,8 @@ export interface McpCallContext {
   spendCall: () => Promise<void>;
   /** Aborted when the client goes away or the server closes (ends inbox long-polls). */
   signal: AbortSignal;
+  /** Which tools this endpoint serves (`/mcp?toolset=extended` asks for the extended set). */
+  toolset: Toolset;
 }
 
 type Extra = RequestHandlerExtra<ServerRequest, ServerNotification>;
@@ -68,21 +70,24 @@ function inputSchema(schema: z.ZodObject): Tool['inputSchema'] {
  * conversions spends most of a small call on them.
  */
 export interface McpShared {
-  tools: Map<string, ToolDef>;
-  toolList: ListToolsResult;
+  toolsets: Record<Toolset, { tools: Map<string, ToolDef>; toolList: ListToolsResult }>;
   validator: AjvJsonSchemaValidator;
 }
 
-export function buildShared(): McpShared {
+function buildToolset(defs: readonly ToolDef[]): { tools: Map<string, ToolDef>; toolList: ListToolsResult } {
   const toolList: ListToolsResult = {
-    tools: TOOLS.map((t) => ({
+    tools: defs.map((t) => ({
       name: t.name,
       description: t.description,
       inputSchema: inputSchema(t.schema),
       annotations: { readOnlyHint: t.readOnly, openWorldHint: false },
     })),
   };
-  return { tools: new Map(TOOLS.map((t) => [t.name, t])), toolList, validator: new AjvJsonSchemaValidator() };
+  return { tools: new Map(defs.map((t) => [t.name, t])), toolList };
+}
+
+export function buildShared(): McpShared {
+  return { toolsets: { spec: buildToolset(TOOLSETS.spec), extended: buildToolset(TOOLSETS.extended) }, validator: new AjvJsonSchemaValidator() };
 }
 
 /** `args.x: message; …` from a zod error, for `invalid_request: …`. */
@@ -91,10 +96,10 @@ function argumentError(err: z.ZodError): string {
 }
 
 async function callTool(ctx: CoreContext, shared: McpShared, log: FastifyBaseLogger, name: string, args: unknown, extra: Extra): Promise<CallToolResult> {
-  const tool = shared.tools.get(name);
+  const { principal: p, signal, spendBundle, spendCall, toolset } = callContext(extra);
+  const tool = shared.toolsets[toolset].tools.get(name);
   // Unknown tool: a protocol error (JSON-RPC -32602), as the MCP specification says.
   if (!tool) throw new McpError(ErrorCode.InvalidParams, `Unknown tool: ${name}`);
-  const { principal: p, signal, spendBundle, spendCall } = callContext(extra);
   try {
     await spendCall();
     const parsed = tool.schema.safeParse(args ?? {});
@@ -131,7 +136,7 @@ export function buildServer(ctx: CoreContext, shared: McpShared, log: FastifyBas
   const mcp = new McpServer(SERVER_INFO, { jsonSchemaValidator: shared.validator });
   const server = mcp.server;
   server.registerCapabilities({ tools: {} });
-  server.setRequestHandler(ListToolsRequestSchema, () => shared.toolList);
+  server.setRequestHandler(ListToolsRequestSchema, (_req, extra) => shared.toolsets[callContext(extra).toolset].toolList);
   // Registered with a loose schema: the SDK then checks the request against the real one itself
   // and answers a malformed call -32602 (its own strict parse would answer -32603).
   server.setRequestHandler(LooseCallTool, (req, extra) => {

@@ -1,36 +1,35 @@
 import { z } from 'zod';
-import { changeFolderState } from '../core/folders.js';
-import type { CoreContext } from '../core/context.js';
-import { badRequest, ServiceError } from '../core/errors.js';
-import { ackInbox } from '../core/inbox.js';
-import { AckSeqs, AckUpTo, inboxAfter, inboxLimit } from '../core/inbox-input.js';
-import { listInboxUnreadFirst } from '../core/inbox-open.js';
-import { appendLog, MAX_LOG_ENTRY_CHARS } from '../core/log.js';
-import { ArchiveReasonInput, CommitMessage, PageRef, PATH_MAX_CHARS, SECTION_MAX_CHARS, Sha } from '../core/pages/input.js';
-import { readPage } from '../core/pages/read.js';
-import { writePageAt } from '../core/pages/upsert.js';
-import { archivePage, restorePage, type PublicOutcome } from '../core/pages/write.js';
-import { describeCaller } from '../core/identity.js';
-import { listPrincipals } from '../core/principals.js';
-import { ProposalReason } from '../core/proposals/input.js';
-import { createPatchProposal } from '../core/proposals/patch.js';
-import { createProposal } from '../core/proposals/service.js';
-import { listSpaces, spaceTree } from '../core/spaces.js';
-import { MessageBody, MessageId, MessageKind, mentionList } from '../core/thread-input.js';
-import { postMessage } from '../core/threads.js';
-import { treeDepth } from '../core/tree-input.js';
-import type { Action, Principal } from '../policy/principal.js';
-import { buildBundle } from '../retrieval/bundle.js';
-import { budgetTokens, bundleOptions, IntentText } from '../retrieval/bundle-input.js';
-import { relatedPages } from '../retrieval/related.js';
-import { searchPages } from '../retrieval/search.js';
-import { QueryText, SCOPE_MAX_CHARS, SEARCH_DEFAULT_LIMIT, SEARCH_MAX_TAGS, searchLimit, TAG_MAX_CHARS } from '../retrieval/search-input.js';
-import { whoamiToolView } from '../presenters/identity.js';
-import { fetchToolView, pageToolView, stateToolView, writeToolView } from '../presenters/pages.js';
-import { proposalToolView } from '../presenters/proposals.js';
-import { searchConnectorView, searchToolView } from '../presenters/search.js';
-import { spacesView } from '../presenters/spaces.js';
-import { postToolView } from '../presenters/threads.js';
+import { changeFolderState } from '../../core/folders.js';
+import { badRequest, ServiceError } from '../../core/errors.js';
+import { ackInbox } from '../../core/inbox.js';
+import { AckSeqs, AckUpTo, inboxAfter, inboxLimit } from '../../core/inbox-input.js';
+import { listInboxUnreadFirst } from '../../core/inbox-open.js';
+import { appendLog, MAX_LOG_ENTRY_CHARS } from '../../core/log.js';
+import { ArchiveReasonInput, CommitMessage, PageRef, PATH_MAX_CHARS, SECTION_MAX_CHARS, Sha } from '../../core/pages/input.js';
+import { readPage } from '../../core/pages/read.js';
+import { writePageAt } from '../../core/pages/upsert.js';
+import { archivePage, restorePage, type PublicOutcome } from '../../core/pages/write.js';
+import { describeCaller } from '../../core/identity.js';
+import { listPrincipals } from '../../core/principals.js';
+import { ProposalReason } from '../../core/proposals/input.js';
+import { createPatchProposal } from '../../core/proposals/patch.js';
+import { createProposal } from '../../core/proposals/service.js';
+import { listSpaces, spaceTree } from '../../core/spaces.js';
+import { MessageBody, MessageId, MessageKind, mentionList } from '../../core/thread-input.js';
+import { postMessage } from '../../core/threads.js';
+import { treeDepth } from '../../core/tree-input.js';
+import { buildBundle } from '../../retrieval/bundle.js';
+import { budgetTokens, bundleOptions, IntentText } from '../../retrieval/bundle-input.js';
+import { relatedPages } from '../../retrieval/related.js';
+import { searchPages } from '../../retrieval/search.js';
+import { QueryText, SEARCH_DEFAULT_LIMIT, SEARCH_MAX_TAGS, searchLimit, TAG_MAX_CHARS } from '../../retrieval/search-input.js';
+import { whoamiToolView } from '../../presenters/identity.js';
+import { fetchToolView, pageToolView, stateToolView, writeToolView } from '../../presenters/pages.js';
+import { proposalToolView } from '../../presenters/proposals.js';
+import { searchConnectorView, searchToolView } from '../../presenters/search.js';
+import { spacesView } from '../../presenters/spaces.js';
+import { postToolView } from '../../presenters/threads.js';
+import { INBOX_MAX_WAIT_MCP_S, pageRef, Scope, splitScope, tool, type ToolDef } from './define.js';
 
 /**
  * The spec's 16 MCP tools: names, arguments, ranges, defaults and grants exactly as its
@@ -41,60 +40,13 @@ import { postToolView } from '../presenters/threads.js';
  * presenters (src/presenters/).
  */
 
-/** What a tool handler gets besides its arguments. */
-export interface ToolCall {
-  ctx: CoreContext;
-  p: Principal;
-  /** Ends long-polls when the client goes away or the server closes. */
-  signal: AbortSignal | undefined;
-  /** Spends the caller's bundle bucket; throws 429 `rate_limited` when it is empty. */
-  spendBundle: () => Promise<void>;
-}
-
-export interface ToolDef {
-  name: string;
-  description: string;
-  schema: z.ZodObject;
-  /** The spec's Grant column; empty: any caller. */
-  grants: readonly Action[];
-  readOnly: boolean;
-  /** Appended to a `forbidden` error of this tool (e.g. where to go instead). */
-  forbiddenHint?: string;
-  /** Called with the arguments the schema parsed (src/mcp/server.ts). */
-  run(args: unknown, call: ToolCall): Promise<unknown>;
-}
-
-/** A tool whose `run` sees its own schema's parsed arguments, typed; the table erases the type. */
-function tool<S extends z.ZodObject>(t: Omit<ToolDef, 'schema' | 'run'> & { schema: S; run(args: z.infer<S>, call: ToolCall): Promise<unknown> }): ToolDef {
-  return t as ToolDef;
-}
-
-const Scope = z.string().min(1).max(SCOPE_MAX_CHARS).describe('Space or space/folder');
-
-export const INBOX_MAX_WAIT_MCP_S = 20;
-
-/** One page reference out of id / node_id / path (the spec's alternatives). */
-function pageRef(a: { id?: string | undefined; node_id?: string | undefined; path?: string | undefined }, names: string): string {
-  const given = [a.id, a.node_id, a.path].filter((x): x is string => x !== undefined);
-  if (given.length !== 1) throw badRequest(`Name the page with exactly one of ${names}`);
-  return given[0]!;
-}
-
-/** A Space or `space/folder…` scope, split as the search filters take it. */
-function splitScope(scope: string | undefined): { space?: string; folder?: string } {
-  if (scope === undefined) return {};
-  const s = scope.replace(/^\/+|\/+$/g, '');
-  const space = s.split('/')[0]!;
-  return s.includes('/') ? { space, folder: s } : { space };
-}
-
 /** An archive that became a proposal is reported as the spec's "else proposal" error. */
 function landedOrProposed(o: PublicOutcome, what: string): unknown {
   if (o.record) return stateToolView(o.record);
   throw new ServiceError(403, 'forbidden', `${what} needs the write grant; it was turned into a proposal`, { proposal: o.proposal });
 }
 
-export const TOOLS: ToolDef[] = [
+export const SPEC_TOOLS: ToolDef[] = [
   tool({
     name: 'context_bundle',
     description: 'Markdown bundle of the sections most relevant to an intent, ranked, deduplicated, within a token budget; one source line per section.',
