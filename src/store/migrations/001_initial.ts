@@ -1,129 +1,109 @@
 import { sql, type Kysely } from 'kysely';
 import type { Dialect } from '../db.js';
-import { createdAt, mintedToken, principalFk, textId, workspaceFk } from './columns.js';
+import {
+  createdAt,
+  deletedAt,
+  mintedToken,
+  optionalInteger,
+  optionalText,
+  principalFk,
+  requiredInteger,
+  requiredText,
+  textId,
+  workspaceFk,
+} from './columns.js';
 
 /** The foundation tables. Columns are portable: text, integer, and a binary type per engine. */
 export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
+  const table = (name: string) => db.schema.createTable(name);
   const binary = dialect === 'postgres' ? 'bytea' : 'blob';
 
-  await db.schema
-    .createTable('workspaces')
+  await table('workspaces')
     .$call(textId)
     .addColumn('slug', 'text', (c) => c.notNull().unique())
-    .addColumn('name', 'text', (c) => c.notNull())
+    .$call(requiredText('name'))
     .addColumn('token_epoch', 'integer', (c) => c.notNull().defaultTo(0))
     .$call(createdAt)
     .execute();
 
-  await db.schema
-    .createTable('principals')
+  await table('principals')
     .$call(textId)
-    .addColumn('kind', 'text', (c) => c.notNull())
-    .addColumn('name', 'text', (c) => c.notNull())
+    .$call(requiredText('kind', 'name'))
     .addColumn('email', 'text', (c) => c.unique())
-    .addColumn('password_hash', 'text')
+    .$call(optionalText('password_hash'))
     .addColumn('workspace_id', 'text', (c) => c.references('workspaces.id'))
-    .addColumn('created_by', 'text')
-    .addColumn('ceiling', 'text')
+    .$call(optionalText('created_by', 'ceiling'))
     .$call(createdAt)
-    .addColumn('deleted_at', 'text')
+    .$call(deletedAt)
     .execute();
   await db.schema.createIndex('principals_workspace').on('principals').column('workspace_id').execute();
 
-  await db.schema
-    .createTable('members')
+  await table('members')
     .$call(workspaceFk)
     .$call(principalFk)
-    .addColumn('role', 'text', (c) => c.notNull())
+    .$call(requiredText('role'))
     .$call(createdAt)
     .addPrimaryKeyConstraint('members_pk', ['workspace_id', 'principal_id'])
     .execute();
   await db.schema.createIndex('members_principal').on('members').column('principal_id').execute();
 
-  await db.schema
-    .createTable('sessions')
+  await table('sessions')
     .$call(textId)
     .addColumn('token_hash', 'text', (c) => c.notNull().unique())
     .$call(principalFk)
     .$call(workspaceFk)
-    .addColumn('csrf_token', 'text', (c) => c.notNull())
+    .$call(requiredText('csrf_token'))
     .$call(createdAt)
-    .addColumn('last_seen_at', 'text', (c) => c.notNull())
-    .addColumn('expires_at', 'text', (c) => c.notNull())
-    .addColumn('revoked_at', 'text')
-    .addColumn('stepup_at', 'text')
+    .$call(requiredText('last_seen_at', 'expires_at'))
+    .$call(optionalText('revoked_at', 'stepup_at'))
     .execute();
   await db.schema.createIndex('sessions_principal').on('sessions').column('principal_id').execute();
 
-  await db.schema
-    .createTable('agent_keys')
+  await table('agent_keys')
     .$call(mintedToken)
-    .addColumn('ceiling', 'text')
-    .addColumn('ip_pin', 'text')
-    .addColumn('expires_at', 'text')
-    .addColumn('revoked_at', 'text')
-    .addColumn('epoch', 'integer', (c) => c.notNull())
+    .$call(optionalText('ceiling', 'ip_pin', 'expires_at', 'revoked_at'))
+    .$call(requiredInteger('epoch'))
     .$call(createdAt)
-    .addColumn('last_used_at', 'text')
+    .$call(optionalText('last_used_at'))
     .execute();
   await db.schema.createIndex('agent_keys_principal').on('agent_keys').column('principal_id').execute();
 
-  await db.schema
-    .createTable('grants')
+  await table('grants')
     .$call(principalFk)
-    .addColumn('position', 'integer', (c) => c.notNull())
-    .addColumn('action', 'text', (c) => c.notNull())
-    .addColumn('scope', 'text', (c) => c.notNull())
-    .addColumn('ceiling', 'text', (c) => c.notNull())
+    .$call(requiredInteger('position'))
+    .$call(requiredText('action', 'scope', 'ceiling'))
     .addPrimaryKeyConstraint('grants_pk', ['principal_id', 'position'])
     .execute();
 
-  await db.schema
-    .createTable('spaces')
+  await table('spaces')
     .$call(workspaceFk)
-    .addColumn('id', 'text', (c) => c.notNull())
-    .addColumn('name', 'text', (c) => c.notNull())
+    .$call(requiredText('id', 'name'))
     .addColumn('summary', 'text', (c) => c.notNull().defaultTo(''))
     .$call(createdAt)
     .addPrimaryKeyConstraint('spaces_pk', ['workspace_id', 'id'])
     .execute();
 
-  await db.schema
-    .createTable('folders')
+  await table('folders')
     .$call(workspaceFk)
-    .addColumn('path', 'text', (c) => c.notNull())
-    .addColumn('space', 'text', (c) => c.notNull())
+    .$call(requiredText('path', 'space'))
     .addColumn('summary', 'text', (c) => c.notNull().defaultTo(''))
-    .addColumn('auto_archive_days', 'integer')
-    .addColumn('half_life_days', 'integer')
+    .$call(optionalInteger('auto_archive_days', 'half_life_days'))
     .addColumn('archived', 'integer', (c) => c.notNull().defaultTo(0))
     .$call(createdAt)
     .addPrimaryKeyConstraint('folders_pk', ['workspace_id', 'path'])
     .execute();
 
-  await db.schema
-    .createTable('pages')
+  await table('pages')
     .$call(textId)
     .$call(workspaceFk)
-    .addColumn('path', 'text', (c) => c.notNull())
-    .addColumn('space', 'text', (c) => c.notNull())
-    .addColumn('cluster_path', 'text', (c) => c.notNull())
-    .addColumn('title', 'text', (c) => c.notNull())
-    .addColumn('content', 'text', (c) => c.notNull())
-    .addColumn('content_hash', 'text', (c) => c.notNull())
-    .addColumn('commit_sha', 'text', (c) => c.notNull())
-    .addColumn('sensitivity', 'text', (c) => c.notNull())
-    .addColumn('block_level', 'text')
-    .addColumn('state', 'text', (c) => c.notNull())
-    .addColumn('frontmatter', 'text', (c) => c.notNull())
-    .addColumn('tags', 'text', (c) => c.notNull())
-    .addColumn('links', 'text', (c) => c.notNull())
+    .$call(requiredText('path', 'space', 'cluster_path', 'title', 'content', 'content_hash', 'commit_sha', 'sensitivity'))
+    .$call(optionalText('block_level'))
+    .$call(requiredText('state', 'frontmatter', 'tags', 'links'))
     .$call(createdAt)
-    .addColumn('updated_at', 'text', (c) => c.notNull())
-    .addColumn('last_touched_at', 'text')
-    .addColumn('created_by', 'text', (c) => c.notNull())
-    .addColumn('updated_by', 'text', (c) => c.notNull())
-    .addColumn('deleted_at', 'text')
+    .$call(requiredText('updated_at'))
+    .$call(optionalText('last_touched_at'))
+    .$call(requiredText('created_by', 'updated_by'))
+    .$call(deletedAt)
     .execute();
   // A path names one live page; deleted pages keep their row (history by id) but free the path.
   await db.schema
@@ -135,66 +115,49 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
     .execute();
   await db.schema.createIndex('pages_cluster').on('pages').columns(['workspace_id', 'cluster_path']).execute();
 
-  await db.schema
-    .createTable('commits')
+  await table('commits')
     .$call(workspaceFk)
-    .addColumn('seq', 'integer', (c) => c.notNull())
-    .addColumn('sha', 'text', (c) => c.notNull())
-    .addColumn('parent_sha', 'text')
-    .addColumn('principal_id', 'text', (c) => c.notNull())
-    .addColumn('message', 'text', (c) => c.notNull())
+    .$call(requiredInteger('seq'))
+    .$call(requiredText('sha'))
+    .$call(optionalText('parent_sha'))
+    .$call(requiredText('principal_id', 'message'))
     .$call(createdAt)
     .addPrimaryKeyConstraint('commits_pk', ['workspace_id', 'seq'])
     .addUniqueConstraint('commits_sha', ['workspace_id', 'sha'])
     .execute();
 
-  await db.schema
-    .createTable('page_versions')
+  await table('page_versions')
     .$call(workspaceFk)
-    .addColumn('page_id', 'text', (c) => c.notNull())
-    .addColumn('commit_seq', 'integer', (c) => c.notNull())
-    .addColumn('commit_sha', 'text', (c) => c.notNull())
-    .addColumn('path', 'text', (c) => c.notNull())
-    .addColumn('blob_sha', 'text')
-    .addColumn('action', 'text', (c) => c.notNull())
-    .addColumn('sensitivity', 'text', (c) => c.notNull())
-    .addColumn('block_level', 'text')
-    .addColumn('principal_id', 'text', (c) => c.notNull())
-    .addColumn('message', 'text', (c) => c.notNull())
+    .$call(requiredText('page_id'))
+    .$call(requiredInteger('commit_seq'))
+    .$call(requiredText('commit_sha', 'path'))
+    .$call(optionalText('blob_sha'))
+    .$call(requiredText('action', 'sensitivity'))
+    .$call(optionalText('block_level'))
+    .$call(requiredText('principal_id', 'message'))
     .$call(createdAt)
     .addPrimaryKeyConstraint('page_versions_pk', ['workspace_id', 'page_id', 'commit_seq'])
     .execute();
 
-  await db.schema
-    .createTable('git_objects')
+  await table('git_objects')
     .$call(workspaceFk)
-    .addColumn('sha', 'text', (c) => c.notNull())
-    .addColumn('type', 'text', (c) => c.notNull())
+    .$call(requiredText('sha', 'type'))
     .addColumn('data', binary, (c) => c.notNull())
-    .addColumn('base_sha', 'text')
+    .$call(optionalText('base_sha'))
     .addColumn('depth', 'integer', (c) => c.notNull().defaultTo(0))
     .addPrimaryKeyConstraint('git_objects_pk', ['workspace_id', 'sha'])
     .execute();
 
-  await db.schema
-    .createTable('git_refs')
-    .$call(workspaceFk)
-    .addColumn('name', 'text', (c) => c.notNull())
-    .addColumn('sha', 'text', (c) => c.notNull())
-    .addPrimaryKeyConstraint('git_refs_pk', ['workspace_id', 'name'])
-    .execute();
+  await table('git_refs').$call(workspaceFk).$call(requiredText('name', 'sha')).addPrimaryKeyConstraint('git_refs_pk', ['workspace_id', 'name']).execute();
 
-  await db.schema
-    .createTable('audit_log')
+  await table('audit_log')
     .$call(workspaceFk)
-    .addColumn('seq', 'integer', (c) => c.notNull())
-    .addColumn('at', 'text', (c) => c.notNull())
-    .addColumn('principal_id', 'text')
-    .addColumn('action', 'text', (c) => c.notNull())
-    .addColumn('node_id', 'text')
-    .addColumn('detail', 'text', (c) => c.notNull())
-    .addColumn('prev_hash', 'text', (c) => c.notNull())
-    .addColumn('hash', 'text', (c) => c.notNull())
+    .$call(requiredInteger('seq'))
+    .$call(requiredText('at'))
+    .$call(optionalText('principal_id'))
+    .$call(requiredText('action'))
+    .$call(optionalText('node_id'))
+    .$call(requiredText('detail', 'prev_hash', 'hash'))
     .addPrimaryKeyConstraint('audit_log_pk', ['workspace_id', 'seq'])
     .execute();
 }

@@ -1,88 +1,65 @@
 import type { Kysely } from 'kysely';
 import type { Dialect } from '../db.js';
-import { createdAt, textId, workspaceFk } from './columns.js';
+import { createdAt, optionalText, requiredInteger, requiredText, textId, workspaceFk } from './columns.js';
 
 /** Collaboration: proposals, threads on pages, and each principal's inbox. */
 export async function up(db: Kysely<unknown>, _dialect: Dialect): Promise<void> {
-  await db.schema
-    .createTable('proposals')
+  const table = (name: string) => db.schema.createTable(name);
+  await table('proposals')
     .$call(textId)
     .$call(workspaceFk)
-    .addColumn('status', 'text', (c) => c.notNull())
-    // edit | create | archive | move | delete
-    .addColumn('kind', 'text', (c) => c.notNull())
-    // propose | conflict | no_write | step_up
-    .addColumn('origin', 'text', (c) => c.notNull())
-    .addColumn('page_id', 'text')
-    .addColumn('path', 'text', (c) => c.notNull())
-    .addColumn('content', 'text')
-    .addColumn('base_hash', 'text')
-    .addColumn('base_commit', 'text')
+    // kind: edit | create | archive | move | delete; origin: propose | conflict | no_write | step_up
+    .$call(requiredText('status', 'kind', 'origin'))
+    .$call(optionalText('page_id'))
+    .$call(requiredText('path'))
+    .$call(optionalText('content', 'base_hash', 'base_commit'))
     .addColumn('params', 'text', (c) => c.notNull().defaultTo('{}'))
     .addColumn('reason', 'text', (c) => c.notNull().defaultTo(''))
     // The highest level involved (page and proposed content): who may see the proposal.
-    .addColumn('sensitivity', 'text', (c) => c.notNull())
-    .addColumn('proposer_id', 'text', (c) => c.notNull())
+    .$call(requiredText('sensitivity', 'proposer_id'))
     .$call(createdAt)
-    .addColumn('decided_by', 'text')
-    .addColumn('decided_at', 'text')
-    .addColumn('decision_reason', 'text')
-    .addColumn('result_commit', 'text')
-    .addColumn('superseded_by', 'text')
+    .$call(optionalText('decided_by', 'decided_at', 'decision_reason', 'result_commit', 'superseded_by'))
     .execute();
   await db.schema.createIndex('proposals_ws_status').on('proposals').columns(['workspace_id', 'status']).execute();
   await db.schema.createIndex('proposals_page').on('proposals').columns(['workspace_id', 'page_id']).execute();
 
-  await db.schema
-    .createTable('thread_messages')
+  await table('thread_messages')
     .$call(textId)
     .$call(workspaceFk)
-    .addColumn('page_id', 'text', (c) => c.notNull())
-    .addColumn('seq', 'integer', (c) => c.notNull())
-    .addColumn('author_id', 'text', (c) => c.notNull())
-    .addColumn('author_kind', 'text', (c) => c.notNull())
-    .addColumn('kind', 'text', (c) => c.notNull())
-    .addColumn('body', 'text', (c) => c.notNull())
-    .addColumn('reply_to', 'text')
+    .$call(requiredText('page_id'))
+    .$call(requiredInteger('seq'))
+    .$call(requiredText('author_id', 'author_kind', 'kind', 'body'))
+    .$call(optionalText('reply_to'))
     .addColumn('mentions', 'text', (c) => c.notNull().defaultTo('[]'))
     .$call(createdAt)
     .addUniqueConstraint('thread_messages_seq', ['page_id', 'seq'])
     .execute();
 
-  await db.schema
-    .createTable('threads')
+  await table('threads')
     .addColumn('page_id', 'text', (c) => c.primaryKey())
     .$call(workspaceFk)
     // Consecutive agent-authored messages; the 4th locks the thread.
     .addColumn('agent_hops', 'integer', (c) => c.notNull().defaultTo(0))
-    .addColumn('locked_at', 'text')
-    .addColumn('unlocked_by', 'text')
-    .addColumn('unlocked_at', 'text')
+    .$call(optionalText('locked_at', 'unlocked_by', 'unlocked_at'))
     .execute();
 
-  await db.schema
-    .createTable('thread_reads')
-    .addColumn('page_id', 'text', (c) => c.notNull())
-    .addColumn('principal_id', 'text', (c) => c.notNull())
-    .addColumn('last_seq', 'integer', (c) => c.notNull())
-    .addColumn('read_at', 'text', (c) => c.notNull())
+  await table('thread_reads')
+    .$call(requiredText('page_id', 'principal_id'))
+    .$call(requiredInteger('last_seq'))
+    .$call(requiredText('read_at'))
     .addPrimaryKeyConstraint('thread_reads_pk', ['page_id', 'principal_id'])
     .execute();
 
-  await db.schema
-    .createTable('inbox_events')
+  await table('inbox_events')
     .$call(workspaceFk)
-    .addColumn('principal_id', 'text', (c) => c.notNull())
-    .addColumn('seq', 'integer', (c) => c.notNull())
-    // mention | reply | proposal | conflict
-    .addColumn('kind', 'text', (c) => c.notNull())
-    .addColumn('state', 'text', (c) => c.notNull())
-    .addColumn('page_id', 'text')
-    .addColumn('proposal_id', 'text')
-    .addColumn('payload', 'text', (c) => c.notNull())
+    .$call(requiredText('principal_id'))
+    .$call(requiredInteger('seq'))
+    // kind: mention | reply | proposal | conflict
+    .$call(requiredText('kind', 'state'))
+    .$call(optionalText('page_id', 'proposal_id'))
+    .$call(requiredText('payload'))
     .$call(createdAt)
-    .addColumn('read_at', 'text')
-    .addColumn('done_at', 'text')
+    .$call(optionalText('read_at', 'done_at'))
     .addPrimaryKeyConstraint('inbox_events_pk', ['workspace_id', 'principal_id', 'seq'])
     .execute();
 }

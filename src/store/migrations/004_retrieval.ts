@@ -1,6 +1,6 @@
 import { sql, type Kysely } from 'kysely';
 import type { Dialect } from '../db.js';
-import { workspaceFk } from './columns.js';
+import { optionalText, requiredInteger, requiredText, workspaceFk } from './columns.js';
 
 /**
  * The diacritics folding baked into the PostgreSQL tsvector column below: each precomposed Latin
@@ -22,6 +22,7 @@ export const FOLD_TO =
  * background job that migration 010 requests (src/retrieval/reindex-job.ts): SQL only here.
  */
 export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
+  const table = (name: string) => db.schema.createTable(name);
   const pg = dialect === 'postgres';
   const fold = (col: string) => sql`translate(${sql.ref(col)}, ${sql.lit(FOLD_FROM)}, ${sql.lit(FOLD_TO)})`;
   // PostgreSQL indexes a section by a generated tsvector column; SQLite by an FTS5 table (below).
@@ -68,41 +69,29 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
   }
   await db.schema.createIndex('page_sections_ws').on('page_sections').columns(['workspace_id', 'page_id']).execute();
 
-  await db.schema
-    .createTable('page_links')
+  await table('page_links')
     .$call(workspaceFk)
-    .addColumn('source_id', 'text', (c) => c.notNull())
-    .addColumn('ord', 'integer', (c) => c.notNull())
+    .$call(requiredText('source_id'))
+    .$call(requiredInteger('ord'))
     // As written in the page (wiki text or markdown href), and how it was written.
-    .addColumn('target', 'text', (c) => c.notNull())
-    .addColumn('kind', 'text', (c) => c.notNull())
-    .addColumn('text', 'text', (c) => c.notNull())
+    .$call(requiredText('target', 'kind', 'text'))
     // The lowest reader level that sees the link (null: outside every block above public).
-    .addColumn('block_level', 'text')
+    .$call(optionalText('block_level'))
     // What a page must answer to (page_keys) for the link to reach it; null when it cannot resolve.
-    .addColumn('target_key', 'text')
-    .addColumn('target_id', 'text')
+    .$call(optionalText('target_key', 'target_id'))
     .addPrimaryKeyConstraint('page_links_pk', ['source_id', 'ord'])
     .execute();
   await db.schema.createIndex('page_links_target').on('page_links').columns(['workspace_id', 'target_id']).execute();
   await db.schema.createIndex('page_links_key').on('page_links').columns(['workspace_id', 'target_key']).execute();
 
-  await db.schema
-    .createTable('page_keys')
+  await table('page_keys')
     .$call(workspaceFk)
-    .addColumn('key', 'text', (c) => c.notNull())
-    .addColumn('page_id', 'text', (c) => c.notNull())
+    .$call(requiredText('key', 'page_id'))
     .addPrimaryKeyConstraint('page_keys_pk', ['workspace_id', 'key', 'page_id'])
     .execute();
   await db.schema.createIndex('page_keys_page').on('page_keys').column('page_id').execute();
 
-  await db.schema
-    .createTable('page_tags')
-    .$call(workspaceFk)
-    .addColumn('page_id', 'text', (c) => c.notNull())
-    .addColumn('tag', 'text', (c) => c.notNull())
-    .addPrimaryKeyConstraint('page_tags_pk', ['page_id', 'tag'])
-    .execute();
+  await table('page_tags').$call(workspaceFk).$call(requiredText('page_id', 'tag')).addPrimaryKeyConstraint('page_tags_pk', ['page_id', 'tag']).execute();
   await db.schema.createIndex('page_tags_tag').on('page_tags').columns(['workspace_id', 'tag']).execute();
 
   // Existing pages are indexed after the upgrade, by the background job (migration 010).

@@ -1,5 +1,6 @@
 import { sql, type Kysely } from 'kysely';
 import type { Dialect } from '../db.js';
+import { optionalText, requiredInteger, requiredText } from './columns.js';
 
 /**
  * Retrieval (vector slice): the embedding backlog, the section vectors and a change log that
@@ -12,30 +13,23 @@ import type { Dialect } from '../db.js';
  * job from migration 010, which the server runs in the background (src/retrieval/reindex-job.ts).
  */
 export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
+  const table = (name: string) => db.schema.createTable(name);
   const pg = dialect === 'postgres';
   // One row per page whose vectors are behind its content (the write that queued it says which content).
-  await db.schema
-    .createTable('embed_jobs')
+  await table('embed_jobs')
     .addColumn('page_id', 'text', (c) => c.primaryKey())
-    .addColumn('workspace_id', 'text', (c) => c.notNull())
-    .addColumn('content_hash', 'text', (c) => c.notNull())
-    .addColumn('queued_at', 'text', (c) => c.notNull())
+    .$call(requiredText('workspace_id', 'content_hash', 'queued_at'))
     .addColumn('attempts', 'integer', (c) => c.notNull().defaultTo(0))
-    .addColumn('not_before', 'text')
-    .addColumn('last_error', 'text')
+    .$call(optionalText('not_before', 'last_error'))
     .execute();
   await db.schema.createIndex('embed_jobs_queue').on('embed_jobs').columns(['queued_at']).execute();
 
-  await db.schema
-    .createTable('section_vectors')
-    .addColumn('page_id', 'text', (c) => c.notNull())
+  await table('section_vectors')
+    .$call(requiredText('page_id'))
     // The window of sections the vector stands for: ord (first) to last_ord.
-    .addColumn('ord', 'integer', (c) => c.notNull())
-    .addColumn('last_ord', 'integer', (c) => c.notNull())
-    .addColumn('workspace_id', 'text', (c) => c.notNull())
-    // provider:model:dimensions (modelKey); vectors of another key are stale and re-embedded.
-    .addColumn('model', 'text', (c) => c.notNull())
-    .addColumn('text_hash', 'text', (c) => c.notNull())
+    .$call(requiredInteger('ord', 'last_ord'))
+    // model: provider:model:dimensions (modelKey); vectors of another key are stale and re-embedded.
+    .$call(requiredText('workspace_id', 'model', 'text_hash'))
     .addColumn('vec', pg ? 'bytea' : 'blob', (c) => c.notNull())
     .addPrimaryKeyConstraint('section_vectors_pk', ['page_id', 'ord'])
     .execute();

@@ -1,5 +1,6 @@
 import type { Kysely } from 'kysely';
 import type { Dialect } from '../db.js';
+import { required, requiredInteger } from './columns.js';
 
 /**
  * Issue 11: failed password, TOTP and step-up attempts counted per account (by normalised
@@ -10,8 +11,7 @@ export async function up(db: Kysely<unknown>, _dialect: Dialect): Promise<void> 
   await db.schema
     .createTable('auth_failures')
     .addColumn('account', 'text', (c) => c.primaryKey())
-    .addColumn('failures', 'integer', (c) => c.notNull())
-    .addColumn('last_failure_ms', 'bigint', (c) => c.notNull())
-    .addColumn('blocked_until_ms', 'bigint', (c) => c.notNull())
+    .$call(requiredInteger('failures'))
+    .$call(required('bigint', 'last_failure_ms', 'blocked_until_ms'))
     .execute();
 }

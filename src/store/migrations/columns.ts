@@ -1,4 +1,4 @@
-import type { CreateTableBuilder } from 'kysely';
+import type { ColumnDataType, CreateTableBuilder } from 'kysely';
 
 /**
  * Columns that many tables of the migrations share, each written once; a migration adds one
@@ -6,6 +6,11 @@ import type { CreateTableBuilder } from 'kysely';
  * it names, in its order, where it is called, so the statement is the one the migration wrote
  * out by hand before. Old migrations use these: never change what one emits (that would change
  * the schema of every new database without a migration); write a new helper instead.
+ *
+ * A plain column (a type, and `not null` or not) goes in through `required` / `optional` and
+ * their text and integer forms, a run of them in one call; a column with anything more (a
+ * default, a reference, unique, primary key, a type per engine) is written out with `addColumn`,
+ * so what is special about a table stands out.
  */
 type Table = CreateTableBuilder<string, string>;
 
@@ -40,3 +45,30 @@ export const mintedToken = (t: Table) =>
     .addColumn('name', 'text', (c) => c.notNull())
     .addColumn('token_hash', 'text', (c) => c.notNull().unique())
     .addColumn('hint', 'text', (c) => c.notNull());
+
+/** `deleted_at text`: null while the row is live; a deleted row stays (history), marked. */
+export const deletedAt = (t: Table) => t.addColumn('deleted_at', 'text');
+
+/** `name <type> not null`, for each name, in the order given. */
+export const required =
+  (type: ColumnDataType, ...names: string[]) =>
+  (t: Table) =>
+    names.reduce((b, name) => b.addColumn(name, type, (c) => c.notNull()), t);
+
+/** `name <type>` (null allowed), for each name, in the order given. */
+export const optional =
+  (type: ColumnDataType, ...names: string[]) =>
+  (t: Table) =>
+    names.reduce((b, name) => b.addColumn(name, type), t);
+
+/** `name text not null`, for each name, in the order given. */
+export const requiredText = (...names: string[]) => required('text', ...names);
+
+/** `name text` (null allowed), for each name, in the order given. */
+export const optionalText = (...names: string[]) => optional('text', ...names);
+
+/** `name integer not null`, for each name, in the order given. */
+export const requiredInteger = (...names: string[]) => required('integer', ...names);
+
+/** `name integer` (null allowed), for each name, in the order given. */
+export const optionalInteger = (...names: string[]) => optional('integer', ...names);
