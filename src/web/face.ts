@@ -1,7 +1,7 @@
 import fastifyFormbody from '@fastify/formbody';
 import type { FastifyInstance } from 'fastify';
 import { sendError, toServiceError } from '../http/shared/errors.js';
-import { messageBody, sendPage, setPageHeaders } from './html.js';
+import { messageBody, sendPage, setPageHeaders } from '../http/shared/html.js';
 import { pageRoutes } from './pages.js';
 
 /** Form bodies above this are refused (413); every field has its own, smaller cap (400). */

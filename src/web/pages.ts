@@ -1,17 +1,18 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import { authenticate, type Credentials } from '../auth/resolve.js';
+import { authenticate } from '../auth/resolve.js';
 import { newSecret, safeEqual } from '../auth/secrets.js';
 import { activateSession, CSRF_COOKIE, openSession, SESSION_COOKIE, type NewSession } from '../auth/sessions.js';
 import { beginLogin, signup } from '../core/accounts.js';
 import type { CoreContext } from '../core/context.js';
-import { isServiceError, unauthorized, type ServiceError } from '../core/errors.js';
+import { isServiceError } from '../core/errors.js';
 import { currentWorkspaceName } from '../core/identity.js';
 import { acceptInvite, describeInvite } from '../core/invites.js';
 import { enrollTotp, verifyLoginCode } from '../core/second-factor.js';
+import { resolvePageSession } from '../http/shared/page-session.js';
 import { setSessionCookies } from '../http/shared/session-cookies.js';
 import type { Principal } from '../policy/principal.js';
-import { html, messageBody, sendPage, type SafeHtml } from './html.js';
+import { html, messageBody, sendPage, type SafeHtml } from '../http/shared/html.js';
 
 /**
  * The pages of the HTML face (face.ts): GET/POST /login, POST /login/totp, GET/POST /invite/:token.
@@ -142,36 +143,6 @@ const ROLE_TEXT: Record<string, string> = { owner: 'an owner', editor: 'an edito
 
 /* --------------------------------------------------------------- sessions */
 
-function credentials(req: FastifyRequest, o: { csrf?: string | undefined; unsafe: boolean; allowPending?: boolean }): Credentials {
-  return {
-    // Only the session cookie counts here: HTML forms never carry agent keys.
-    authorization: undefined,
-    sessionToken: req.cookies[SESSION_COOKIE],
-    csrfHeader: o.csrf,
-    csrfCookie: req.cookies[CSRF_COOKIE],
-    unsafe: o.unsafe,
-    ip: req.ip,
-    workspace: undefined,
-    allowPending: o.allowPending ?? false,
-  };
-}
-
-type SessionOutcome = { ok: true; p: Principal } | { ok: false; error: ServiceError };
-
-async function resolveSession(
-  ctx: CoreContext,
-  req: FastifyRequest,
-  o: { csrf?: string | undefined; unsafe: boolean; allowPending?: boolean },
-): Promise<SessionOutcome> {
-  if (!req.cookies[SESSION_COOKIE]) return { ok: false, error: unauthorized() };
-  try {
-    return { ok: true, p: await authenticate(ctx, credentials(req, o)) };
-  } catch (err) {
-    if (isServiceError(err)) return { ok: false, error: err };
-    throw err;
-  }
-}
-
 /**
  * The signed-in human and a CSRF token their forms may embed: the `svc_csrf` cookie, checked
  * against the session (as a header would be). A session whose cookie no longer matches is
@@ -179,7 +150,7 @@ async function resolveSession(
  */
 async function signedIn(ctx: CoreContext, req: FastifyRequest): Promise<{ p: Principal; csrf: string } | 'stale' | null> {
   const cookie = req.cookies[CSRF_COOKIE];
-  const r = await resolveSession(ctx, req, { csrf: cookie ?? '', unsafe: true });
+  const r = await resolvePageSession(ctx, req, { csrf: cookie ?? '', unsafe: true });
   if (r.ok) return { p: r.p, csrf: cookie! };
   return r.error.code === 'csrf_failed' ? 'stale' : null;
 }
@@ -269,7 +240,17 @@ export async function pageRoutes(web: FastifyInstance, ctx: CoreContext): Promis
 
   /** REQUIRE_TOTP=on and no TOTP yet: a fresh secret, shown once, and the code form. */
   async function enrolPage(req: FastifyRequest, reply: FastifyReply, s: NewSession, next: string | undefined) {
-    const p = await authenticate(ctx, { ...credentials(req, { unsafe: false, allowPending: true }), sessionToken: s.token });
+    // The session was opened by this request: its token is not in the request's cookies yet.
+    const p = await authenticate(ctx, {
+      authorization: undefined,
+      sessionToken: s.token,
+      csrfHeader: undefined,
+      csrfCookie: undefined,
+      unsafe: false,
+      ip: req.ip,
+      workspace: undefined,
+      allowPending: true,
+    });
     const e = await enrollTotp(ctx, p, undefined);
     if (e.enabled) return finish(reply, next);
     return sendPage(reply, 200, 'Set up two-step verification', codeBody({ csrf: s.csrf, next, enrol: { uri: e.otpauth_uri, secret: e.secret } }));
@@ -290,14 +271,14 @@ export async function pageRoutes(web: FastifyInstance, ctx: CoreContext): Promis
     const code = form.data.code.replace(/\s+/g, '');
     const startOver = [{ href: withNext('/login', next), text: 'Sign in again' }];
     // Which step is the session waiting for? The auth layer tells by refusing a pending session.
-    const first = await resolveSession(ctx, req, { csrf, unsafe: true });
+    const first = await resolvePageSession(ctx, req, { csrf, unsafe: true });
     if (first.ok) return finish(reply, next); // already signed in (the form was sent twice)
     const kind = first.error.code === 'totp_required' ? 'totp' : first.error.code === 'totp_enroll_required' ? 'enrol' : null;
     if (!kind) {
       if (first.error.code === 'csrf_failed') return sendPage(reply, 403, 'Form expired', messageBody('Form expired', CSRF_MESSAGE, startOver));
       return sendPage(reply, 401, 'Sign-in expired', messageBody('Sign-in expired', 'Your sign-in has expired. Please sign in again.', startOver));
     }
-    const second = await resolveSession(ctx, req, { csrf, unsafe: true, allowPending: true });
+    const second = await resolvePageSession(ctx, req, { csrf, unsafe: true, allowPending: true });
     if (!second.ok) {
       if (second.error.code === 'csrf_failed') return sendPage(reply, 403, 'Form expired', messageBody('Form expired', CSRF_MESSAGE, startOver));
       return sendPage(reply, 401, 'Sign-in expired', messageBody('Sign-in expired', 'Your sign-in has expired. Please sign in again.', startOver));
@@ -456,7 +437,7 @@ ${hidden('csrf', csrf)}${hidden('action', 'signup')}
         'Incomplete form',
         messageBody('Incomplete form', 'The form was incomplete. Open the invite again and use its button.', [{ href: here, text: 'Back to the invite' }]),
       );
-    const who = await resolveSession(ctx, req, { csrf: form.data.csrf, unsafe: true });
+    const who = await resolvePageSession(ctx, req, { csrf: form.data.csrf, unsafe: true });
     if (!who.ok) {
       if (who.error.code === 'csrf_failed')
         return sendPage(reply, 403, 'Form expired', messageBody('Form expired', CSRF_MESSAGE, [{ href: here, text: 'Back to the invite' }]));

@@ -69,6 +69,7 @@ input:focus-visible, button:focus-visible, a:focus-visible { outline: 3px solid 
 input.code { font-size: 1.5rem; letter-spacing: .4em; text-align: center; font-variant-numeric: tabular-nums; }
 button { width: 100%; padding: .65rem 1rem; font: inherit; font-weight: 600; color: var(--accent-fg); background: var(--accent);
   border: 0; border-radius: 8px; cursor: pointer; }
+button.secondary { color: var(--fg); background: transparent; border: 1px solid var(--line); }
 a { color: var(--accent); }
 .alert { padding: .7rem .9rem; border-radius: 8px; background: var(--err-bg); color: var(--err-fg); }
 .ok { padding: .7rem .9rem; border-radius: 8px; background: var(--ok-bg); color: var(--ok-fg); }
