@@ -15,6 +15,7 @@ import { restFace } from './http/rest-face.js';
 import { decoratePrincipal } from './http/shared/caller.js';
 import { sendError, toServiceError } from './http/shared/errors.js';
 import { mcpFace } from './mcp/face.js';
+import { oauthFace } from './oauth/face.js';
 import { VERSION } from './version.js';
 import { webFace } from './web/face.js';
 
@@ -102,5 +103,6 @@ export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise
   await app.register(restFace, { prefix: '/api/v1' });
   await app.register(webFace);
   await app.register(mcpFace);
+  await app.register(oauthFace);
   return app;
 }

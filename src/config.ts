@@ -27,6 +27,9 @@ const schema = z.object({
   RATE_LIMIT_GIT_PER_MIN: z.coerce.number().int().min(1).default(60),
   RATE_LIMIT_OAUTH_REGISTER_PER_MIN: z.coerce.number().int().min(1).default(10),
   RATE_LIMIT_OAUTH_TOKEN_PER_MIN: z.coerce.number().int().min(1).default(30),
+  OAUTH_ACCESS_TOKEN_TTL_S: z.coerce.number().int().min(60).max(86400).default(3600),
+  OAUTH_REFRESH_TOKEN_TTL_S: z.coerce.number().int().min(300).max(31536000).default(2592000),
+  OAUTH_REDIRECT_ALLOWLIST: z.string().optional(),
   EMBEDDINGS: z.enum(['builtin', 'openai']).default('builtin'),
   EMBEDDINGS_URL: z.string().url().optional(),
   EMBEDDINGS_MODEL: z.string().min(1).max(200).optional(),
@@ -54,7 +57,19 @@ export interface Config {
   /** Every human must enrol TOTP before a session becomes active. */
   requireTotp: boolean;
   rateLimits: RateLimits;
+  oauth: OAuthConfig;
   embeddings: EmbeddingsConfig;
+}
+
+/** OAuth 2.1 for MCP clients (src/auth/oauth/): token lifetimes and where clients may redirect. */
+export interface OAuthConfig {
+  accessTokenTtlS: number;
+  refreshTokenTtlS: number;
+  /**
+   * Redirect URIs a registration may name besides loopback ones: https URLs, each an exact
+   * origin (`https://claude.ai`) or a URL prefix (`https://app.example.com/callback`).
+   */
+  redirectAllowlist: string[];
 }
 
 /** EMBEDDINGS=builtin (default: no network, no weights) or openai (an OpenAI-compatible /v1/embeddings server). */
@@ -85,6 +100,26 @@ export interface RateLimits {
 }
 
 export class ConfigError extends Error {}
+
+/** OAUTH_REDIRECT_ALLOWLIST: comma-separated https URLs; anything else stops the start with its name. */
+function parseRedirectAllowlist(raw: string | undefined): string[] {
+  const items = (raw ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+  for (const item of items) {
+    let u: URL | undefined;
+    try {
+      u = new URL(item);
+    } catch {
+      u = undefined;
+    }
+    if (!u || u.protocol !== 'https:' || u.hash || u.username || u.password) {
+      throw new ConfigError(`Invalid configuration:\n  OAUTH_REDIRECT_ALLOWLIST: ${JSON.stringify(item)} is not an https URL (no fragment, no credentials)`);
+    }
+  }
+  return items;
+}
 
 /** Reads the environment into a typed config; a bad value names the variable and what is expected. */
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
@@ -128,6 +163,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       gitPerMin: c.RATE_LIMIT_GIT_PER_MIN,
       oauthRegisterPerMin: c.RATE_LIMIT_OAUTH_REGISTER_PER_MIN,
       oauthTokenPerMin: c.RATE_LIMIT_OAUTH_TOKEN_PER_MIN,
+    },
+    oauth: {
+      accessTokenTtlS: c.OAUTH_ACCESS_TOKEN_TTL_S,
+      refreshTokenTtlS: c.OAUTH_REFRESH_TOKEN_TTL_S,
+      redirectAllowlist: parseRedirectAllowlist(c.OAUTH_REDIRECT_ALLOWLIST),
     },
     embeddings: {
       provider: c.EMBEDDINGS,

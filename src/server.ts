@@ -35,6 +35,8 @@ export async function startServer(config: Config, opts: AppOptions = {}): Promis
   const addr = app.server.address();
   const port = typeof addr === 'object' && addr ? addr.port : config.port;
   const host = config.host.includes(':') ? `[${config.host}]` : config.host;
+  // PUBLIC_URL unset on port 0 (tests, `PORT=0`): the default names the port actually bound.
+  if (config.port === 0 && config.publicUrl === `http://${host}:0`) config.publicUrl = `http://${host}:${port}`;
   return {
     app,
     ctx,

@@ -4,6 +4,7 @@ import { forbidden, notFound, unauthorized } from '../core/errors.js';
 import { toGrant, toLevel } from '../core/principal-loader.js';
 import { findWorkspace } from '../core/workspaces.js';
 import type { Grant, Principal, Role } from '../policy/principal.js';
+import { resolveAccessToken } from './oauth/tokens.js';
 import { hashSecret, safeEqual } from './secrets.js';
 import { SESSION_IDLE_MS } from './sessions.js';
 
@@ -232,14 +233,14 @@ export interface McpCredentials {
 
 /**
  * Turns MCP request credentials into a principal, or throws 401. MCP takes bearer tokens
- * only: agent keys (`ak_`) now; OAuth access tokens (`oa_`) plug in at the marked seam.
+ * only: agent keys (`ak_`) and OAuth access tokens (`oa_`, src/auth/oauth/tokens.ts).
  * Sessions, git tokens (`gt_`) and Basic credentials are refused. On /w/:slug/mcp a token
  * of another workspace is refused like an invalid one (401 `invalid_token`): it is not
  * valid for this resource, and the answer says nothing about whether the slug exists.
  */
 export async function authenticateMcp(ctx: CoreContext, c: McpCredentials): Promise<Principal> {
   const auth = c.authorization?.trim();
-  if (!auth) throw unauthorized('Send an agent key as Authorization: Bearer ak_…', 'unauthorized');
+  if (!auth) throw unauthorized('Send an agent key (Authorization: Bearer ak_…) or sign in with OAuth (see WWW-Authenticate)', 'unauthorized');
   const [scheme, value = ''] = auth.split(/\s+/, 2);
   if (scheme?.toLowerCase() !== 'bearer') throw unauthorized('MCP accepts Bearer tokens only', 'invalid_token');
   let p: Principal;
@@ -254,8 +255,8 @@ export async function authenticateMcp(ctx: CoreContext, c: McpCredentials): Prom
       workspace: undefined,
     });
   } else if (value.startsWith('oa_')) {
-    // Seam: the OAuth issue resolves oa_ tokens here (bound to /mcp or /w/<ws>/mcp).
-    throw unauthorized('The OAuth access token is invalid, expired or revoked', 'invalid_token');
+    // Bound to /mcp or /w/<slug>/mcp: resolveAccessToken checks the binding against this endpoint.
+    return resolveAccessToken(ctx, value, c.pinnedWorkspace);
   } else if (value.startsWith('gt_')) {
     throw unauthorized('Git tokens are accepted only on /git', 'invalid_token');
   } else {

@@ -11,7 +11,7 @@ export interface Identity {
   kind: 'human' | 'agent';
   workspace: { id: string; slug: string };
   role: Role | null;
-  via: 'session' | 'key';
+  via: Principal['via'];
   /** The ceiling in force before any grant narrows it: the same number on every face. */
   ceiling: Level;
   grants: Grant[];

@@ -43,12 +43,21 @@ export async function pushEvents(ctx: CoreContext, trx: Transaction<DB>, workspa
         done_at: null,
       })
       .execute();
-    woken.add(Notifier.key(workspaceId, e.principalId));
+    woken.add(e.principalId);
   }
+  await wakeInboxes(ctx, trx, workspaceId, [...woken]);
+}
+
+/**
+ * Wakes the long-polls of these principals' inboxes once the transaction commits (events placed
+ * or updated in it); also used by watch delivery (watches.ts), which updates events in place.
+ */
+export async function wakeInboxes(ctx: CoreContext, trx: Transaction<DB>, workspaceId: string, principalIds: readonly string[]): Promise<void> {
+  const woken = new Set(principalIds.map((id) => Notifier.key(workspaceId, id)));
   if (woken.size === 0) return;
   if (ctx.store.dialect === 'postgres') {
-    // Delivered by PostgreSQL at commit, to every listening node (this one included).
-    for (const key of woken) await sql`select pg_notify('cv_inbox', ${key})`.execute(trx);
+    // Delivered by PostgreSQL at commit, to every listening node (this one included); one round trip for all.
+    await sql`select pg_notify('cv_inbox', k) from unnest(${[...woken]}::text[]) as k`.execute(trx);
   } else {
     afterCommit(trx, () => {
       for (const key of woken) ctx.notifier.wake(key);

@@ -86,7 +86,7 @@ export async function appendLog(ctx: CoreContext, p: Principal, input: { scope: 
     const raw = existing ? `${existing.content.replace(/\n*$/, '\n')}${appended}` : `# Log of ${scope}\n\n${appended}`;
     const content = analyzeContent(raw, 'log');
     const excerpt = entry.split('\n')[0]!.slice(0, 72);
-    const row = await commitPage(trx, p, { action: existing ? 'update' : 'create', existing, target, content, message: `Log ${scope}: ${excerpt}` });
+    const row = await commitPage(ctx, trx, p, { action: existing ? 'update' : 'create', existing, target, content, message: `Log ${scope}: ${excerpt}` });
     // The hash the caller may see: a redacted view's own validator when the log holds a block above it.
     return { id: row.id, path: row.path, commit_sha: row.commit_sha, content_hash: presentPage(p, row).content_hash, appended };
   });

@@ -13,6 +13,7 @@ import { capCreatorsAgents, suspendCreatorsAgents } from './principals.js';
 import { liveMembers } from './principal-loader.js';
 import { ROLE_ACTIONS, ROLE_CEILING } from '../policy/access.js';
 import { rank } from '../policy/sensitivity.js';
+import { revokePersonsGrants } from '../auth/oauth/tokens.js';
 
 /** A member as the interface shows it. */
 export interface MemberRecord {
@@ -121,7 +122,7 @@ export async function changeRole(ctx: CoreContext, p: Principal, ws: string | un
  * Removes a member, or lets a member leave (memberId = the caller). Access ends at once:
  * every request resolves membership afresh. The removed human's sessions that defaulted to
  * this workspace move to their oldest remaining membership (or end, when none remains), and
- * their git tokens for this workspace are revoked. Agents they created are suspended (keys
+ * their git tokens and OAuth connections for this workspace are revoked. Agents they created are suspended (keys
  * revoked) until an owner adopts them.
  */
 export async function removeMember(
@@ -157,6 +158,7 @@ export async function removeMember(
       .execute();
     await suspendCreatorsAgents(trx, wsId, p.id, memberId, now);
     const left = memberId === p.id;
+    await revokePersonsGrants(trx, wsId, memberId, left ? 'the person left the workspace' : 'the person was removed from the workspace', p.id, new Date(now));
     await appendAudit(trx, wsId, {
       principalId: p.id,
       action: left ? 'member.leave' : 'member.remove',

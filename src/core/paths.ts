@@ -39,8 +39,13 @@ export function parsePagePath(raw: string): PagePath {
   const segments = raw.split('/');
   if (segments.length < 2) throw badRequest('Path must be <space>/<folder>/<name>.md (at least a Space and a file)', 'invalid_path');
   if (segments.length > PATH_LIMITS.maxDepth) throw badRequest(`Path is deeper than ${PATH_LIMITS.maxDepth} levels`, 'invalid_path');
-  for (const s of segments) checkSegment(s, 'Path');
   const file = segments[segments.length - 1]!;
+  for (const s of segments.slice(0, -1)) checkSegment(s, 'Path');
+  // The likeliest slip (issue 13): the name without `.md`; say which path was meant.
+  if (!file.endsWith('.md') && !file.includes('.') && SEGMENT.test(file) && file.length <= PATH_LIMITS.maxSegment - 3) {
+    throw badRequest(`A page path must name a .md file: did you mean ${raw}.md?`, 'invalid_path');
+  }
+  checkSegment(file, 'Path');
   if (!file.endsWith('.md') || file.length <= 3) throw badRequest('A page path must name a .md file', 'invalid_path');
   return {
     path: raw,

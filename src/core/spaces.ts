@@ -11,6 +11,7 @@ import type { CoreContext } from './context.js';
 import { conflict, forbidden, notFound } from './errors.js';
 import { nowIso } from './ids.js';
 import { folderChain, parseFolderPath, parseSpaceId } from './paths.js';
+import { presentPage } from './pages/record.js';
 
 export type SpaceRecord = Pick<SpacesTable, 'id' | 'name' | 'summary' | 'created_at'>;
 
@@ -46,6 +47,90 @@ export async function ensureFolders(trx: Executor, workspaceId: string, folderPa
     .execute();
 }
 
+/** A summary taken from an index page is cut to about this many characters. */
+export const SUMMARY_MAX_CHARS = 200;
+
+function clip(text: string): string {
+  const t = text.replace(/\s+/g, ' ').trim();
+  if (t.length <= SUMMARY_MAX_CHARS) return t;
+  const cut = t.slice(0, SUMMARY_MAX_CHARS - 1);
+  const space = cut.lastIndexOf(' ');
+  return `${(space > SUMMARY_MAX_CHARS / 2 ? cut.slice(0, space) : cut).replace(/[\s,;:.]+$/, '')}…`;
+}
+
+/**
+ * The first paragraph of a page body as plain-ish text: headings, code fences, HTML comments
+ * and `::: <level>` blocks are skipped (a summary never comes from a marked block, whoever asks),
+ * links keep their text.
+ */
+export function firstParagraph(body: string): string {
+  const para: string[] = [];
+  let fence = false;
+  let block = 0;
+  for (const raw of body.split('\n')) {
+    const l = raw.trim();
+    if (/^(```|~~~)/.test(l)) {
+      if (para.length > 0) break;
+      fence = !fence;
+      continue;
+    }
+    if (fence) continue;
+    if (/^:::\s*\S/.test(l)) {
+      if (para.length > 0) break;
+      block++;
+      continue;
+    }
+    if (l === ':::') {
+      if (para.length > 0) break;
+      block = Math.max(0, block - 1);
+      continue;
+    }
+    if (block > 0) continue;
+    if (l === '' || l.startsWith('#') || l.startsWith('<!--') || l.includes('[redacted]')) {
+      if (para.length > 0) break;
+      continue;
+    }
+    para.push(l);
+  }
+  return para
+    .join(' ')
+    .replace(/!?\[([^\]]*)\]\([^)]*\)/g, '$1')
+    .replace(/\[\[([^\]|]*)(?:\|([^\]]*))?\]\]/g, (_m, target: string, label?: string) => label ?? target)
+    .replace(/(\*\*|__|`)/g, '');
+}
+
+/**
+ * Summaries of Spaces and folders taken from their `index.md` pages (docs/decisions.md, issue
+ * 13): frontmatter `summary:` when present, else the first paragraph, cut to about 200
+ * characters. Only index pages the caller may read count, read as the caller sees them
+ * (redacted), so a hidden page's text never reaches a summary; the others' places fall back to
+ * the stored summary. Keyed by the folder (or Space) path.
+ */
+export async function indexSummaries(db: Executor, p: Principal, places: readonly string[]): Promise<Map<string, string>> {
+  const out = new Map<string, string>();
+  if (places.length === 0) return out;
+  const rows = await db
+    .selectFrom('pages')
+    .selectAll()
+    .where('workspace_id', '=', p.workspaceId)
+    .where(
+      'path',
+      'in',
+      places.map((f) => `${f}/index.md`),
+    )
+    .where('deleted_at', 'is', null)
+    .where('state', '=', 'active')
+    .execute();
+  for (const r of rows) {
+    if (!canReadPage(p, { path: r.path, sensitivity: r.sensitivity, blockLevel: r.block_level })) continue;
+    const page = presentPage(p, r);
+    const fm = page.frontmatter.summary;
+    const text = clip(typeof fm === 'string' && fm.trim() !== '' ? fm : firstParagraph(page.body));
+    if (text !== '') out.set(r.cluster_path, text);
+  }
+  return out;
+}
+
 /**
  * The Spaces the caller can read something in. A Space that holds pages, none of which the
  * caller may read, does not exist for them (issue 11: its name would tell). An empty Space
@@ -55,7 +140,12 @@ export async function listSpaces(ctx: CoreContext, p: Principal, db: Executor = 
   const rows = await db.selectFrom('spaces').select(['id', 'name', 'summary', 'created_at']).where('workspace_id', '=', p.workspaceId).orderBy('id').execute();
   const out: SpaceRecord[] = [];
   for (const s of rows) if (hasActionWithin(p, 'read', s.id) && (await spaceVisible(db, p, s.id))) out.push(s);
-  return out;
+  const fromIndex = await indexSummaries(
+    db,
+    p,
+    out.map((s) => s.id),
+  );
+  return out.map((s) => ({ ...s, summary: fromIndex.get(s.id) ?? s.summary }));
 }
 
 /**
@@ -165,11 +255,18 @@ export async function spaceTree(
     .where('space', '=', spaceId)
     .execute();
   const settings = new Map(folderRows.map((f) => [f.path, f]));
+  // Index pages among the ones the caller can read here give their folder's summary.
+  const indexed = await indexSummaries(ctx.store.db, p, [...new Set(pages.filter((r) => r.path === `${r.cluster_path}/index.md`).map((r) => r.cluster_path))]);
+  if (root !== spaceId) {
+    const own = await indexSummaries(ctx.store.db, p, [spaceId]);
+    if (own.has(spaceId)) indexed.set(spaceId, own.get(spaceId)!);
+  }
+  const spaceSummary = indexed.get(spaceId) ?? space.summary;
 
   const make = (path: string): TreeFolder => ({
     path,
     name: path.split('/').pop() ?? path,
-    summary: settings.get(path)?.summary ?? (path === spaceId ? space.summary : ''),
+    summary: indexed.get(path) ?? (path === spaceId ? spaceSummary : settings.get(path)?.summary || ''),
     archived: (settings.get(path)?.archived ?? 0) === 1,
     page_count: 0,
     folders: [],
@@ -212,5 +309,5 @@ export async function spaceTree(
     for (const f of node.folders) cut(f, level + 1);
   };
   cut(top, 0);
-  return { space, tree: top };
+  return { space: { ...space, summary: spaceSummary }, tree: top };
 }

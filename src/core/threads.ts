@@ -10,7 +10,8 @@ import { appendAudit } from './audit.js';
 import type { CoreContext } from './context.js';
 import { badRequest } from './errors.js';
 import { pushEvents, type NewEvent } from './inbox-events.js';
-import { loadPrincipals, workspacePrincipals, type WorkspacePrincipal } from './principal-loader.js';
+import { withSuggestion } from './pages/read.js';
+import { liveMembers, loadPrincipals, workspacePrincipals, type WorkspacePrincipal } from './principal-loader.js';
 
 /**
  * Threads on pages (spec §3 Thread, §4 "Threads and inbox"): one thread per page, messages
@@ -124,6 +125,71 @@ export function resolveMentions(entries: readonly string[], people: readonly Wor
   return out;
 }
 
+/** `@` tokens looked at in one body at most (a body is up to MAX_BODY_CHARS long). */
+const BODY_MENTIONS_SCANNED = 200;
+
+/**
+ * The principals a body names with `@name` (a display name, case-insensitive, ending at a
+ * character that cannot continue a name; a longer name wins, so `@Ann Lee` is not `@Ann`).
+ * An `@` right after a letter or digit (an e-mail address) is no mention, and a name that is
+ * unknown or that several principals carry is just text.
+ */
+export function bodyMentions(body: string, people: readonly WorkspacePrincipal[]): string[] {
+  if (people.length === 0 || !body.includes('@')) return [];
+  const byName = new Map<string, string[]>();
+  for (const x of people) {
+    const n = foldName(x.name);
+    if (n !== '') byName.set(n, [...(byName.get(n) ?? []), x.id]);
+  }
+  const names = [...byName.keys()].sort((a, b) => b.length - a.length);
+  const text = body.normalize('NFC').toLowerCase();
+  const out: string[] = [];
+  let scanned = 0;
+  for (let at = text.indexOf('@'); at >= 0 && scanned < BODY_MENTIONS_SCANNED; at = text.indexOf('@', at + 1), scanned++) {
+    if (at > 0 && /[\p{L}\p{N}_.@]/u.test(text[at - 1]!)) continue;
+    for (const n of names) {
+      if (!text.startsWith(n, at + 1)) continue;
+      const after = text.slice(at + 1 + n.length, at + 3 + n.length);
+      if (after !== '' && /^[\p{L}\p{N}_-]/u.test(after)) continue;
+      const ids = byName.get(n)!;
+      if (ids.length === 1 && !out.includes(ids[0]!)) out.push(ids[0]!);
+      break;
+    }
+  }
+  return out;
+}
+
+/**
+ * `thread_locked` events for the people who can unlock the thread: the workspace's editors and
+ * owners who can read the page.
+ */
+async function lockEvents(db: Executor, p: Principal, page: PagesTable, author: Author, at: string, agentHops: number): Promise<NewEvent[]> {
+  const unlockers = await liveMembers(db, p.workspaceId).select('principals.id').where('members.role', 'in', ['editor', 'owner']).execute();
+  const loaded = await loadPrincipals(
+    db,
+    p.workspaceId,
+    unlockers.map((u) => u.id),
+  );
+  const out: NewEvent[] = [];
+  for (const who of loaded.values()) {
+    if (who.kind !== 'human' || !canReadPage(who, facts(page))) continue;
+    out.push({
+      principalId: who.id,
+      kind: 'thread_locked',
+      pageId: page.id,
+      payload: {
+        page_id: page.id,
+        path: page.path,
+        locked_at: at,
+        agent_hops: agentHops,
+        last_author: author,
+        unlock: `POST /api/v1/nodes/${page.id}/threads/unlock`,
+      },
+    });
+  }
+  return out;
+}
+
 async function threadRow(db: Executor, pageId: string) {
   return db.selectFrom('threads').selectAll().where('page_id', '=', pageId).executeTakeFirst();
 }
@@ -218,7 +284,7 @@ export async function postMessage(ctx: CoreContext, p: Principal, ref: string, i
   const now = new Date();
   const at = now.toISOString();
   return inTransaction(ctx.store, p.workspaceId, async (trx) => {
-    const page = await findReadablePage(trx, p, ref);
+    const page = await findReadablePage(trx, p, ref).catch((e: unknown) => withSuggestion(trx, p, ref, e));
     const pf = facts(page);
     enforce(decidePost(p, pf));
     const t = await threadRow(trx, page.id);
@@ -236,7 +302,10 @@ export async function postMessage(ctx: CoreContext, p: Principal, ref: string, i
       if (!parent) throw badRequest(`reply_to ${input.reply_to} is not a message of this page's thread`, 'unknown_reply_to');
       repliedAuthor = parent.author_id;
     }
-    const mentions = mentionsIn.length > 0 ? resolveMentions(mentionsIn, await workspacePrincipals(trx, p.workspaceId)) : [];
+    // mentions[] is checked strictly; `@name` in the body mentions too, unknown names being just text (issue 13).
+    const people = mentionsIn.length > 0 || input.body.includes('@') ? await workspacePrincipals(trx, p.workspaceId) : [];
+    const mentions = mentionsIn.length > 0 ? resolveMentions(mentionsIn, people) : [];
+    for (const id of bodyMentions(input.body, people)) if (!mentions.includes(id) && mentions.length < MAX_MENTIONS) mentions.push(id);
 
     const seq = (await lastSeq(trx, page.id)) + 1;
     const id = newMessageId();
@@ -297,6 +366,8 @@ export async function postMessage(ctx: CoreContext, p: Principal, ref: string, i
         },
       });
     }
+    // The post that locks the thread tells the people who can unlock it, once per lock.
+    if (next.lockNow) events.push(...(await lockEvents(trx, p, page, { id: p.id, name: p.name, kind: p.kind }, at, next.agentHops)));
     await pushEvents(ctx, trx, p.workspaceId, events, now);
     await appendAudit(
       trx,

@@ -108,10 +108,27 @@ export const ERROR_CODES = {
   ambiguous_mention: 400,
   unknown_reply_to: 400,
 
+  // Watches (issue 13).
+  watch_limit: 409,
+
   // Search and bundle.
   invalid_query: 400,
   invalid_intent: 400,
   invalid_scope: 400,
+
+  // OAuth 2.1 (src/auth/oauth/): the /oauth endpoints answer these as `{error, error_description}`.
+  /** RFC 6749 §5.2: unknown client, or its authentication failed. */
+  invalid_client: 401,
+  /** RFC 6749 §5.2: the code or refresh token is invalid, expired, used, or not this client's. */
+  invalid_grant: 400,
+  unsupported_grant_type: 400,
+  /** RFC 6749 §5.2: a refresh by a client that did not register the refresh_token grant. */
+  unauthorized_client: 400,
+  /** RFC 8707: the resource is not /mcp or /w/<slug>/mcp of this server, or not the authorized one. */
+  invalid_target: 400,
+  /** RFC 7591 §3.2.2. */
+  invalid_redirect_uri: 400,
+  invalid_client_metadata: 400,
 } as const satisfies Record<string, number | readonly [number, ...number[]]>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

@@ -1,13 +1,17 @@
 import type { FastifyInstance } from 'fastify';
+import { changeRoutes } from './routes/changes.js';
+import { editRoutes } from './routes/edits.js';
 import { inboxRoutes } from './routes/inbox.js';
 import { meRoutes } from './routes/me.js';
 import { nodeRoutes } from './routes/nodes.js';
+import { oauthClientRoutes } from './routes/oauth-clients.js';
 import { principalRoutes } from './routes/principals.js';
 import { proposalRoutes } from './routes/proposals.js';
 import { retrievalRoutes } from './routes/retrieval.js';
 import { securityRoutes } from './routes/security.js';
 import { spaceRoutes } from './routes/spaces.js';
 import { threadRoutes } from './routes/threads.js';
+import { watchRoutes } from './routes/watches.js';
 import { workspaceRoutes } from './routes/workspaces.js';
 import { addCallerHook } from './shared/caller.js';
 
@@ -26,12 +30,16 @@ export async function restFace(face: FastifyInstance): Promise<void> {
   await meRoutes(face, ctx);
   await principalRoutes(face, ctx);
   await securityRoutes(face, ctx);
+  await oauthClientRoutes(face, ctx);
   await spaceRoutes(face, ctx);
   await nodeRoutes(face, ctx);
   await retrievalRoutes(face, ctx);
   await proposalRoutes(face, ctx);
+  await changeRoutes(face, ctx);
+  await editRoutes(face, ctx);
   await threadRoutes(face, ctx);
   await inboxRoutes(face, ctx);
+  await watchRoutes(face, ctx);
   await workspaceRoutes(face, ctx);
 
   // The document covers every face (it is read when asked, so routes registered later are in it).

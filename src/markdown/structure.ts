@@ -154,6 +154,8 @@ interface Heading {
   /** The heading's inline source, so `Setup *now*` can be found as written too. */
   source: string;
   line: number;
+  /** 0-based body line after the heading (a setext heading spans two lines). */
+  endLine: number;
 }
 
 /** Headings at the top level of the page (not inside lists or quotes), in order. */
@@ -164,7 +166,7 @@ function headings(body: string): Heading[] {
     const t = tokens[i]!;
     if (t.type !== 'heading_open' || t.level !== 0 || !t.map) continue;
     const inline = tokens[i + 1];
-    out.push({ level: Number(t.tag.slice(1)), text: plainText(inline?.children), source: inline?.content ?? '', line: t.map[0] });
+    out.push({ level: Number(t.tag.slice(1)), text: plainText(inline?.children), source: inline?.content ?? '', line: t.map[0], endLine: t.map[1] });
   }
   return out;
 }
@@ -199,6 +201,20 @@ function normalizeHeading(s: string): string {
  * accepted, preferring a level-2 match), including its sub-sections. Null when absent.
  */
 export function findSection(body: string, heading: string): string | null {
+  const r = findSectionRange(body, heading);
+  return r ? body.slice(r.start, r.end) : null;
+}
+
+/** Where a section lies in the body (offsets): its heading line(s) from `start`, its text from `textStart` to `end`. */
+export interface SectionRange {
+  start: number;
+  textStart: number;
+  end: number;
+  level: number;
+}
+
+/** The offsets of the section findSection returns (edits in place: append to, or replace, a section). Null when absent. */
+export function findSectionRange(body: string, heading: string): SectionRange | null {
   let query = collapse(heading);
   let wantLevel: number | null = null;
   // "## Setup" (and "## Setup ##") name the level too; "#tag" without a space is just text.
@@ -216,5 +232,6 @@ export function findSection(body: string, heading: string): string | null {
   if (!hit) return null;
   const starts = lineStarts(body);
   const next = hs.find((h) => h.line > hit.line && h.level <= hit.level);
-  return sliceLines(body, starts, hit.line, next?.line ?? starts.length);
+  const at = (line: number) => starts[line] ?? body.length;
+  return { start: at(hit.line), textStart: at(hit.endLine), end: at(next?.line ?? starts.length), level: hit.level };
 }

@@ -1,9 +1,17 @@
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { isServiceError, ServiceError } from '../core/errors.js';
 
-/** A tool's answer: one text item holding the JSON (or the markdown) it returned. */
-export function toolResult(value: unknown): CallToolResult {
-  return { content: [{ type: 'text', text: typeof value === 'string' ? value : JSON.stringify(value) }] };
+/**
+ * A tool's answer: one text item holding the JSON (or the markdown) it returned. With
+ * `structured` (the tool declares an outputSchema), the object is also `structuredContent`;
+ * the text keeps the same JSON for clients older than MCP 2025-06-18.
+ */
+export function toolResult(value: unknown, structured = false): CallToolResult {
+  const text = typeof value === 'string' ? value : JSON.stringify(value);
+  if (structured && typeof value === 'object' && value !== null && !Array.isArray(value)) {
+    return { content: [{ type: 'text', text }], structuredContent: value as Record<string, unknown> };
+  }
+  return { content: [{ type: 'text', text }] };
 }
 
 /**

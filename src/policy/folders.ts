@@ -8,6 +8,6 @@ import type { Principal } from './principal.js';
  * without write the spec's proposal instead). Restoring a folder has no gate of its own.
  */
 export function decideFolderArchive(p: Principal, now = new Date()): Decision {
-  if (p.kind === 'human' && !hasStepUp(p, now)) return stepUpNeeded('Archiving a folder');
+  if (p.kind === 'human' && !hasStepUp(p, now)) return stepUpNeeded('Archiving a folder', p);
   return { kind: 'allow' };
 }

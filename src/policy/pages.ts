@@ -18,9 +18,17 @@ export type Decision = { kind: 'allow' } | { kind: 'deny'; error: ServiceError }
 
 const allow: Decision = { kind: 'allow' };
 
-/** A `+U` gate: humans step up (POST /api/auth/stepup); agents never can. */
-export function stepUpNeeded(what: string): Decision {
-  return { kind: 'deny', error: forbidden(`${what} needs a step-up within the last 5 minutes (POST /api/auth/stepup)`, 'step_up_required') };
+/**
+ * A `+U` gate: humans step up in a signed-in session (POST /api/auth/stepup); agents never can,
+ * and neither can a person connected over OAuth (a token has no session to step up): they are
+ * told to do it signed in to the web app.
+ */
+export function stepUpNeeded(what: string, p?: Principal): Decision {
+  const how =
+    p?.via === 'oauth'
+      ? 'which an OAuth connection cannot give: do it signed in to the web app or REST API, after a step-up (POST /api/auth/stepup)'
+      : 'within the last 5 minutes (POST /api/auth/stepup)';
+  return { kind: 'deny', error: forbidden(`${what} needs a step-up ${how}`, 'step_up_required') };
 }
 const deny = (message: string, code: Parameters<typeof forbidden>[1] = 'forbidden'): Decision => ({ kind: 'deny', error: forbidden(message, code) });
 
@@ -89,7 +97,7 @@ export function decideDelete(p: Principal, page: PageFacts, now = new Date()): D
   const human = p.kind === 'human';
   const ceiling = ceilingFor(p, human ? 'write' : 'admin', page.path);
   if (ceiling === null) return deny(human ? 'Deleting needs write access (editor or owner)' : `No admin grant covers ${page.path}`);
-  if (human && !hasStepUp(p, now)) return stepUpNeeded('Deleting a page');
+  if (human && !hasStepUp(p, now)) return stepUpNeeded('Deleting a page', p);
   const sens = level(page.sensitivity) ?? 'secret';
   const block = level(page.blockLevel);
   if (!atOrBelow(sens, ceiling) || (block && !atOrBelow(block, ceiling))) {
@@ -120,5 +128,5 @@ export function widensAudience(readGrantScopes: readonly string[], from: string,
 export function decideMove(p: Principal, widens: boolean, now = new Date()): Decision {
   if (!widens) return allow;
   if (p.kind === 'human' && hasStepUp(p, now)) return allow;
-  return stepUpNeeded('Moving a page where more agents can read it');
+  return stepUpNeeded('Moving a page where more agents can read it', p);
 }

@@ -31,7 +31,7 @@ export interface Principal {
   agentCeiling: Level | null;
   /** The presenting key's ceiling, if it carries one. */
   keyCeiling: Level | null;
-  via: 'session' | 'key';
+  via: 'session' | 'key' | 'oauth';
   sessionId: string | null;
   keyId: string | null;
   /** When step-up was last granted (ISO), humans only. */

@@ -1,4 +1,4 @@
-import { forbidden } from '../errors/index.js';
+import { conflict, forbidden } from '../errors/index.js';
 import { ceilingFor, hasStepUp } from './access.js';
 import { canReadInFull, canReadPage, decideWrite, type Decision, type PageFacts } from './pages.js';
 import type { Principal } from './principal.js';
@@ -48,6 +48,16 @@ export function decideOnProposal(p: Principal, pr: ProposalFacts, action: 'accep
   if (action === 'accept' && pr.origin === 'step_up' && !hasStepUp(p, now)) {
     return { kind: 'deny', error: forbidden('This proposal passed a step-up gate: step up to accept it', 'step_up_required') };
   }
+  return allow;
+}
+
+/**
+ * Withdrawing (issue 13, beyond the spec): only the proposal's own author, and only while it
+ * is open. Anyone else who can see it is refused; one they cannot see never reaches here (404).
+ */
+export function decideWithdraw(p: Principal, pr: ProposalFacts & { status: string }): Decision {
+  if (pr.proposerId !== p.id) return { kind: 'deny', error: forbidden('Only the author of a proposal may withdraw it') };
+  if (pr.status !== 'open') return { kind: 'deny', error: conflict(`The proposal is ${pr.status}; only an open one can be withdrawn`, 'proposal_closed') };
   return allow;
 }
 

@@ -42,7 +42,8 @@ export function threadLocked(): ServiceError {
   return new ServiceError(
     423,
     'thread_locked',
-    `The thread is locked after ${MAX_AGENT_HOPS} consecutive agent messages; a human editor or owner must unlock it (POST …/threads/unlock)`,
+    `The thread is locked after ${MAX_AGENT_HOPS} consecutive agent messages, until a person unlocks it: stop posting here and do not retry. ` +
+      'The editors and owners who can read the page have been told; one of them must unlock it (POST /api/v1/nodes/{id}/threads/unlock).',
   );
 }
 

@@ -20,6 +20,19 @@ export function pageToolView(r: PageRecord): Omit<PageRecord, 'body'> {
   return rest;
 }
 
+/**
+ * `context_get` with `section`: that section and the page's identity (enough to cite it and to
+ * write with base_sha), not the whole page again.
+ */
+export function sectionToolView(r: PageRecord) {
+  return { id: r.id, path: r.path, title: r.title, commit_sha: r.commit_sha, state: r.state, redacted: r.redacted, section: r.section ?? '' };
+}
+
+/** A page read over MCP (`context_get`, `context_get_at`): the whole page, or with `section` only that section. */
+export function readToolView(r: PageRecord, section: string | undefined) {
+  return section === undefined ? pageToolView(r) : sectionToolView(r);
+}
+
 /** `context_write`: where the page is now and what the write did. */
 export function writeToolView(r: UpsertResult) {
   const rec = r.record;

@@ -17,3 +17,8 @@ export function proposalToolView(pr: ProposalRecord) {
     proposal: { id: pr.id, status: pr.status, kind: pr.kind, path: pr.path, node_id: pr.node_id, base_hash: pr.base_hash, base_commit: pr.base_commit },
   };
 }
+
+/** An MCP change that became a proposal (context_archive without write): a success the agent can tell apart. */
+export function proposedToolView(pr: ProposalRecord) {
+  return { proposed: true as const, ...proposalToolView(pr) };
+}

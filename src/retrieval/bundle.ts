@@ -4,6 +4,7 @@ import { hasActionWithin } from '../policy/access.js';
 import type { Principal } from '../policy/principal.js';
 import { folderPath, visible, type Candidate, type Scope } from './candidates.js';
 import { queryTerms } from './keyword.js';
+import { assertUsableScope } from './scope.js';
 import { keywordList, rankHybrid, vectorList } from './search.js';
 import { tokenCount, truncateToTokens } from './tokens.js';
 
@@ -82,9 +83,65 @@ function overlap(a: Set<string>, b: Set<string>): number {
   return n / Math.min(a.size, b.size);
 }
 
-function sectionBlock(c: Pick<Candidate, 'title' | 'heading' | 'path' | 'page_id' | 'commit_sha'>, text: string): string {
-  const head = c.heading && c.heading !== c.title ? `${c.title} › ${c.heading}` : c.title;
-  return `## ${head}\nsource: ${c.path} (id ${c.page_id}, commit ${c.commit_sha})\n\n${text.trim()}\n`;
+/** Commits are cited by their first 12 hex digits, git's own unambiguous short form at any realistic size. */
+export const SHORT_SHA_LENGTH = 12;
+
+/** A page's header in the bundle: its title and the one source line all its sections share. */
+function pageHeader(s: Pick<BundleSection, 'title' | 'path' | 'id' | 'commit_sha'>): string {
+  return `## ${s.title.replace(/\s+/g, ' ')}\nsource: ${s.path} (id ${s.id}, commit ${s.commit_sha.slice(0, SHORT_SHA_LENGTH)})\n`;
+}
+
+/** A section's text as the bundle shows it: a first heading that only repeats the page title (its header) is left out. */
+function sectionText(c: Pick<Candidate, 'text' | 'title'>): string {
+  const text = c.text.trim();
+  const nl = text.indexOf('\n');
+  const m = /^#\s+(.+?)\s*#*\s*$/.exec(nl === -1 ? text : text.slice(0, nl));
+  if (m && m[1] === c.title.trim()) return nl === -1 ? '' : text.slice(nl + 1).trim();
+  return text;
+}
+
+/** True when the text holds more than headings: a heading-only section tells an agent nothing. */
+function hasBody(text: string): boolean {
+  return text.split('\n').some((l) => l.trim() !== '' && !/^#{1,6}(\s|$)/.test(l.trim()));
+}
+
+/**
+ * The bundle's markdown: the intent, the tokens used of the budget, then one block per page in
+ * the order of its best section (its header and source line once, its sections under it in
+ * the page's own order). `used` is the figure the status line states.
+ */
+function renderBundle(header: string, budget: number, picked: readonly { s: BundleSection; ord: number }[], used: number): string {
+  const pages = new Map<string, { s: BundleSection; ord: number }[]>();
+  for (const x of picked) pages.set(x.s.id, [...(pages.get(x.s.id) ?? []), x]);
+  const n = picked.length;
+  let md = `${header}${used} of ${budget} tokens used; ${n} section${n === 1 ? '' : 's'} from ${pages.size} page${pages.size === 1 ? '' : 's'}\n`;
+  for (const secs of pages.values()) {
+    md += `\n${pageHeader(secs[0]!.s)}`;
+    for (const x of [...secs].sort((a, b) => a.ord - b.ord)) md += `\n${x.s.text}\n`;
+  }
+  return md;
+}
+
+/**
+ * The rendered markdown and its token count, the count stated in it. The figure is part of
+ * what it counts, so it is settled by iteration (a digit more or less moves the count by a
+ * token at most, so two or three rounds settle it); when it would not settle, the larger count is stated.
+ */
+function settleRender(
+  header: string,
+  budget: number,
+  picked: readonly { s: BundleSection; ord: number }[],
+  estimate: number,
+): { markdown: string; total: number } {
+  let stated = estimate;
+  for (let i = 0; i < 6; i++) {
+    const markdown = renderBundle(header, budget, picked, stated);
+    const total = tokenCount(markdown);
+    if (total === stated) return { markdown, total };
+    stated = i < 4 ? total : Math.max(stated, total);
+  }
+  const markdown = renderBundle(header, budget, picked, stated);
+  return { markdown, total: tokenCount(markdown) };
 }
 
 /**
@@ -100,7 +157,10 @@ export async function buildBundle(ctx: RetrievalContext, p: Principal, opts: Bun
     throw badRequest(`budget_tokens must be an integer from ${BUNDLE_MIN_TOKENS} to ${BUNDLE_MAX_TOKENS}`);
   }
   if (!hasActionWithin(p, 'read', '*')) throw forbidden('No read grant');
-  const scope: Scope = { action: 'read', ...parseScope(opts.scope), includeArchived: opts.includeArchived };
+  const parsed = parseScope(opts.scope);
+  // A scope naming nothing the caller can read is an error naming what it can (issue 13).
+  await assertUsableScope(ctx, p, 'read', parsed.space, parsed.folder);
+  const scope: Scope = { action: 'read', ...parsed, includeArchived: opts.includeArchived };
   const terms = queryTerms(intent);
 
   const depth = rankDepth(opts.budgetTokens);
@@ -109,45 +169,47 @@ export async function buildBundle(ctx: RetrievalContext, p: Principal, opts: Bun
   const ranked = await rankHybrid(ctx, p, kw, vec, (c) => `${c.page_id}\u0000${c.ord}`, terms);
 
   const header = `# Context: ${intent.replace(/\s+/g, ' ').slice(0, 200)}\n`;
-  const parts: string[] = [header];
-  let used = tokenCount(header);
   const budget = opts.budgetTokens;
-  const picked: BundleSection[] = [];
+  // The status line is counted with the widest figures it can show.
+  let used = tokenCount(`${header}${budget} of ${budget} tokens used; 999 sections from 999 pages\n`);
+  const picked: { s: BundleSection; ord: number }[] = [];
+  const pagesIn = new Set<string>();
   const seen: Set<string>[] = [];
 
   const tryAdd = (c: Candidate, score: number, via: 'rank' | 'link'): void => {
+    let text = sectionText(c);
+    if (!hasBody(text)) return;
     const sh = shingles(c.text);
     if (seen.some((s) => overlap(s, sh) >= NEAR_DUPLICATE)) return;
-    const sep = '\n';
-    let text = c.text;
-    let block = sectionBlock(c, text);
-    let cost = tokenCount(sep + block);
+    const head = pagesIn.has(c.page_id) ? 0 : tokenCount(`\n${pageHeader({ title: c.title, path: c.path, id: c.page_id, commit_sha: c.commit_sha })}`);
+    let cost = head + tokenCount(`\n${text}\n`);
     let truncated = false;
     if (used + cost > budget) {
-      const frame = tokenCount(sep + sectionBlock(c, '')) + 4;
-      const room = budget - used - frame;
+      const room = budget - used - head - tokenCount('\n\n[…]\n') - 4;
       if (room < MIN_TRUNCATED) return;
-      text = `${truncateToTokens(c.text, room)}\n[…]`;
-      block = sectionBlock(c, text);
-      cost = tokenCount(sep + block);
+      text = `${truncateToTokens(text, room).trimEnd()}\n[…]`;
+      cost = head + tokenCount(`\n${text}\n`);
       truncated = true;
       if (used + cost > budget) return;
     }
-    parts.push(sep + block);
     used += cost;
     seen.push(sh);
+    pagesIn.add(c.page_id);
     picked.push({
-      id: c.page_id,
-      path: c.path,
-      title: c.title,
-      heading: c.heading,
-      commit_sha: c.commit_sha,
-      state: c.state,
-      tokens: cost,
-      score: Math.round(score * 1e6) / 1e6,
-      via,
-      truncated,
-      text: text.trim(),
+      ord: c.ord,
+      s: {
+        id: c.page_id,
+        path: c.path,
+        title: c.title,
+        heading: c.heading,
+        commit_sha: c.commit_sha,
+        state: c.state,
+        tokens: cost - head,
+        score: Math.round(score * 1e6) / 1e6,
+        via,
+        truncated,
+        text,
+      },
     });
   };
 
@@ -156,22 +218,25 @@ export async function buildBundle(ctx: RetrievalContext, p: Principal, opts: Bun
     tryAdd(f.item, f.score, 'rank');
   }
   if (opts.includeLinks && budget - used >= MIN_TRUNCATED) {
-    for (const l of await linkedSections(ctx, p, scope, picked)) {
+    for (const l of await linkedSections(
+      ctx,
+      p,
+      scope,
+      picked.map((x) => x.s),
+    )) {
       if (budget - used < MIN_TRUNCATED) break;
       tryAdd(l.c, l.score, 'link');
     }
   }
 
   // Token counts of parts can differ from the whole's by a merge at a seam: check the whole.
-  let markdown = parts.join('');
-  let total = tokenCount(markdown);
+  let { markdown, total } = settleRender(header, budget, picked, used);
   while (total > budget && picked.length > 0) {
     picked.pop();
-    parts.pop();
-    markdown = parts.join('');
-    total = tokenCount(markdown);
+    ({ markdown, total } = settleRender(header, budget, picked, total));
   }
-  return { intent, budget_tokens: budget, used_tokens: total, tokenizer: 'o200k_base', sections: picked, markdown };
+  const sections = picked.map((x) => x.s);
+  return { intent, budget_tokens: budget, used_tokens: total, tokenizer: 'o200k_base', sections, markdown };
 }
 
 function inScope(scope: Scope, r: { space: string; cluster_path: string }): boolean {

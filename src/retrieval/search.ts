@@ -7,6 +7,7 @@ import { keywordPlan, termDocCounts } from './keyword-plan.js';
 import { EmbeddingUnavailableError } from './embeddings/provider.js';
 import { boostAndSort, fuse, VECTOR_FLOOR, type Fused } from './hybrid.js';
 import { queryTerms } from './keyword.js';
+import { assertUsableScope } from './scope.js';
 
 export const SEARCH_MODES = ['hybrid', 'fts', 'vector'] as const;
 export type SearchMode = (typeof SEARCH_MODES)[number];
@@ -163,6 +164,8 @@ export async function halfLives(ctx: RetrievalContext, workspaceId: string): Pro
 export async function searchPages(ctx: RetrievalContext, p: Principal, opts: SearchOptions): Promise<SearchResult> {
   if (opts.q.trim() === '') throw badRequest('The query q is empty', 'invalid_query');
   if (!hasActionWithin(p, 'search', '*')) throw forbidden('No search grant');
+  // A scope naming nothing the caller can search is an error naming what it can (issue 13).
+  await assertUsableScope(ctx, p, 'search', opts.space, opts.folder);
   const scope: Scope = { action: 'search', space: opts.space, folder: opts.folder, tags: opts.tags, includeArchived: opts.includeArchived };
   const terms = queryTerms(opts.q);
   const out: SearchResult = { mode: opts.mode, mode_used: opts.mode, results: [] };

@@ -10,6 +10,8 @@ import * as m007 from './migrations/007_agent_custody.js';
 import * as m008 from './migrations/008_account_attempts.js';
 import * as m009 from './migrations/009_keyword_per_workspace.js';
 import * as m010 from './migrations/010_maintenance_jobs.js';
+import * as m011 from './migrations/011_watches.js';
+import * as m012 from './migrations/012_oauth.js';
 
 interface Migration {
   name: string;
@@ -28,6 +30,8 @@ const MIGRATIONS: Migration[] = [
   { name: '008_account_attempts', up: m008.up },
   { name: '009_keyword_per_workspace', up: m009.up },
   { name: '010_maintenance_jobs', up: m010.up },
+  { name: '011_watches', up: m011.up },
+  { name: '012_oauth', up: m012.up },
 ];
 
 export async function migrate<T>(db: Kysely<T>, dialect: Dialect): Promise<string[]> {

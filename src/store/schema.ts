@@ -290,7 +290,8 @@ export interface InboxEventsTable {
   workspace_id: string;
   principal_id: string;
   seq: number;
-  kind: 'mention' | 'reply' | 'proposal' | 'conflict';
+  /** page_changed and watch_digest: a watch's events (issue 13, src/core/watches.ts). */
+  kind: 'mention' | 'reply' | 'proposal' | 'conflict' | 'page_changed' | 'watch_digest' | 'thread_locked';
   state: 'unread' | 'read' | 'done';
   page_id: string | null;
   proposal_id: string | null;
@@ -370,7 +371,73 @@ export interface VectorLogTable {
   at: string;
 }
 
+/** A principal's watch on a page or a folder/Space (migration 011, src/core/watches.ts). */
+export interface WatchesTable {
+  id: string;
+  workspace_id: string;
+  principal_id: string;
+  /** The agent key it was made with; null for a web session. */
+  key_id: string | null;
+  /** `page:<id>` or `path:<folder>`: what a change is matched on. */
+  target: string;
+  kind: 'page' | 'folder';
+  page_id: string | null;
+  path: string;
+  created_at: string;
+}
+
+/** OAuth 2.1 (migration 012, src/auth/oauth/). */
+export interface OAuthClientsTable {
+  id: string;
+  secret_hash: string | null;
+  name: string;
+  redirect_uris: string;
+  auth_method: 'none' | 'client_secret_basic' | 'client_secret_post';
+  metadata: string;
+  created_at: string;
+  used_at: string | null;
+}
+
+export interface OAuthGrantsTable {
+  id: string;
+  client_id: string;
+  principal_id: string;
+  workspace_id: string;
+  resource: string;
+  scope: string;
+  epoch: number;
+  created_at: string;
+  revoked_at: string | null;
+  revoked_reason: string | null;
+}
+
+export interface OAuthCodesTable {
+  code_hash: string;
+  grant_id: string;
+  redirect_uri: string;
+  redirect_uri_named: number;
+  code_challenge: string;
+  expires_at: string;
+  used_at: string | null;
+}
+
+export interface OAuthTokensTable {
+  id: string;
+  grant_id: string;
+  kind: 'access' | 'refresh';
+  token_hash: string;
+  expires_at: string;
+  created_at: string;
+  used_at: string | null;
+  revoked_at: string | null;
+}
+
 export interface DB {
+  oauth_clients: OAuthClientsTable;
+  oauth_grants: OAuthGrantsTable;
+  oauth_codes: OAuthCodesTable;
+  oauth_tokens: OAuthTokensTable;
+  watches: WatchesTable;
   workspaces: WorkspacesTable;
   principals: PrincipalsTable;
   members: MembersTable;

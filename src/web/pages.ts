@@ -30,7 +30,8 @@ import { html, messageBody, sendPage, type SafeHtml } from '../http/shared/html.
 const TOKEN_RE = /^[A-Za-z0-9_-]{20,200}$/;
 const INVITE_TOKEN_RE = /^[A-Za-z0-9_-]{1,200}$/;
 const Csrf = z.string().min(1).max(200);
-const Next = z.string().max(2048).optional();
+/** Room for an OAuth authorization request coming back after sign-in (its `state` alone may be 2000). */
+const Next = z.string().max(8192).optional();
 
 const LoginForm = z.object({
   email: z.string().trim().min(1).max(254),
@@ -54,7 +55,7 @@ const SignupForm = z.object({
  * after URL parsing. The answer is the normalised, percent-encoded form (safe in Location).
  */
 export function safeNext(raw: unknown): string | undefined {
-  if (typeof raw !== 'string' || raw.length === 0 || raw.length > 2048) return undefined;
+  if (typeof raw !== 'string' || raw.length === 0 || raw.length > 8192) return undefined;
   if (!raw.startsWith('/') || raw.startsWith('//') || raw.includes('\\')) return undefined;
   if (/[\u0000-\u0020\u007f]/.test(raw)) return undefined;
   const base = 'http://next.invalid';

@@ -451,6 +451,16 @@ const ROWS: Row[] = [
     // Spec "S +U" (not "own"): any human, with step-up (docs/decisions.md "Git tokens").
     expect: { viewer: STEP_UP, editor: STEP_UP, owner: STEP_UP, ownerStepUp: ok(201) },
   },
+  // OAuth connections are the signed-in person's own (issue 14); test/oauth/flow.test.ts revokes a real one.
+  { method: 'GET', route: '/api/v1/me/oauth-clients', auth: 'S', request: () => ({ path: '/api/v1/me/oauth-clients' }), expect: anyHuman(ok()) },
+  {
+    method: 'DELETE',
+    route: '/api/v1/me/oauth-clients/:id',
+    variant: 'a connection that is not yours',
+    auth: 'S',
+    request: () => ({ path: '/api/v1/me/oauth-clients/og_not_yours' }),
+    expect: anyHuman(NOT_FOUND),
+  },
 
   // --- Spaces.
   { method: 'GET', route: '/api/v1/spaces', auth: 'SK', request: () => ({ path: '/api/v1/spaces' }), expect: everyone(ok()) },
@@ -596,6 +606,30 @@ const ROWS: Row[] = [
     // Spec "owner-level read": raw content needs secret-level read (docs/decisions.md "Diff"),
     // which only the owner role reaches; agents never do without an elevation.
     expect: { ...pageRead(ok()), viewer: FORBIDDEN, editor: FORBIDDEN },
+  },
+  // --- Issue 13 (beyond the spec): edits in place, same conditions as PATCH /nodes/:id, and the changes feed.
+  ...(
+    [
+      ['/api/v1/nodes/:id/append', { text: 'Appended.' }],
+      ['/api/v1/nodes/:id/section', { section: 'Matrix page', text: 'Replaced.' }],
+      ['/api/v1/nodes/:id/patch', { patch: '--- a\n+++ b\n@@ -4,3 +4,3 @@\n # Matrix page\n \n-Body.\n+Patched.\n' }],
+    ] as const
+  ).map(([route, body]): Row => ({
+    method: 'POST',
+    route,
+    auth: 'SK',
+    grant: 'write',
+    request: async (c) => ({ path: route.replace(':id', (await freshPage(c)).id), body }),
+    expect: { ...pageWrite(ok()), agentNoGrant: PROPOSED, demotedAgent: PROPOSED },
+  })),
+  {
+    method: 'GET',
+    route: '/api/v1/changes',
+    auth: 'SK',
+    grant: 'read',
+    request: () => ({ path: '/api/v1/changes' }),
+    // Only what the caller can see; another workspace's agent reads its own feed. Without a read grant anywhere: 403.
+    expect: { ...everyone(ok()), agentNoGrant: FORBIDDEN },
   },
   // --- Retrieval (issue 5): backlinks and related read like the page; search needs the search grant.
   ...['/api/v1/nodes/:id/backlinks', '/api/v1/nodes/:id/related'].map((route): Row => ({
@@ -818,6 +852,15 @@ const ROWS: Row[] = [
     request: async (c) => ({ path: `/api/v1/proposals/${await freshProposal(c)}/reject`, body: { reason: 'matrix' } }),
     expect: { viewer: FORBIDDEN, editor: ok(), owner: ok(), ownerStepUp: ok() },
   },
+  {
+    method: 'POST',
+    route: '/api/v1/proposals/:id/withdraw',
+    auth: 'SK',
+    request: async (c) => ({ path: `/api/v1/proposals/${await freshProposal(c)}/withdraw` }),
+    // Issue 13: only the author (A's owner made it: the owner actor is that human) withdraws;
+    // whoever else sees it is refused, whoever does not gets 404 as for reads.
+    expect: { ...pageRead(FORBIDDEN), owner: ok() },
+  },
 
   // --- Threads and inbox (issue 4; docs/decisions.md "Threads and inbox").
   {
@@ -855,6 +898,58 @@ const ROWS: Row[] = [
   },
   { method: 'GET', route: '/api/v1/inbox', auth: 'SK', request: () => ({ path: '/api/v1/inbox' }), expect: everyone(ok()) },
   { method: 'POST', route: '/api/v1/inbox/ack', auth: 'SK', request: () => ({ path: '/api/v1/inbox/ack', body: { up_to: 0 } }), expect: everyone(ok()) },
+
+  // --- Watches (issue 13; docs/decisions.md "Issue 13: watching"). Your own list: everyone.
+  { method: 'GET', route: '/api/v1/watches', auth: 'SK', request: () => ({ path: '/api/v1/watches' }), expect: everyone(ok()) },
+  {
+    method: 'PUT',
+    route: '/api/v1/watches',
+    auth: 'SK',
+    grant: 'read',
+    // Watching needs read on the page: one you may not read is not found (idempotent, so cells repeat safely).
+    request: (c) => ({ path: '/api/v1/watches', body: { node_id: sharedPage(c).id } }),
+    expect: pageRead(ok()),
+  },
+  {
+    method: 'DELETE',
+    route: '/api/v1/watches/:id',
+    variant: 'your own watch',
+    auth: 'SK',
+    grant: 'read',
+    // The caller watches Space `vault` first; who cannot (no read grant, another workspace) has no watch to remove.
+    request: async ({ actor }) => {
+      const made = await actor.client('read').put('/api/v1/watches', { path: 'vault' });
+      return { path: `/api/v1/watches/${made.status === 200 ? (made.body.watch.id as string) : `wa_${'0'.repeat(26)}`}` };
+    },
+    expect: { ...everyone(ok()), agentNoGrant: NOT_FOUND, foreignKey: NOT_FOUND },
+  },
+  {
+    method: 'DELETE',
+    route: '/api/v1/watches/:id',
+    variant: "someone else's watch",
+    auth: 'SK',
+    // A watch of the shared agent of A, made for this cell: nobody else may see or remove it.
+    request: async ({ w }) => {
+      const digits = w.uniq('m').replace(/[^0-9a-z]/g, '');
+      const id = `wa_${digits.slice(-26).padStart(26, '0')}`;
+      await w.s.ctx.store.db
+        .insertInto('watches')
+        .values({
+          id,
+          workspace_id: w.ws.id,
+          principal_id: w.targetAgentId,
+          key_id: null,
+          target: `path:${id}`,
+          kind: 'folder',
+          page_id: null,
+          path: 'vault',
+          created_at: new Date().toISOString(),
+        })
+        .execute();
+      return { path: `/api/v1/watches/${id}` };
+    },
+    expect: everyone(NOT_FOUND),
+  },
 ];
 
 /**

@@ -214,8 +214,9 @@ describe.each(testEngines())('context bundle (%s)', (engine) => {
     await waitForVectors(owner);
     const r = await bundle(owner, { intent: 'kestrel', scope: 'src' });
     expect(paths(r)).toEqual(['src/one/kestrel.md', 'src/two/kestrel-b.md']);
+    // One source line per page (its sections sit under it), citing the commit by its first 12 hex digits (issue 13).
     const lines = r.markdown.split('\n').filter((l) => l.startsWith('source: '));
-    expect(lines).toHaveLength(r.sections.length);
+    expect(lines).toHaveLength(new Set(r.sections.map((x) => x.id)).size);
     for (const sec of r.sections) {
       const node = await owner.get(`/api/v1/nodes/${sec.id}`);
       expect(node.status).toBe(200);
@@ -226,7 +227,7 @@ describe.each(testEngines())('context bundle (%s)', (engine) => {
       expect(sec.via).toBe('rank');
       expect(sec.tokens).toBeGreaterThan(0);
       expect(
-        lines.some((l) => l.includes(sec.path) && l.includes(sec.id) && l.includes(sec.commit_sha)),
+        lines.some((l) => l.includes(sec.path) && l.includes(sec.id) && l.includes(`commit ${sec.commit_sha.slice(0, 12)})`)),
         sec.path,
       ).toBe(true);
     }
@@ -274,10 +275,17 @@ describe.each(testEngines())('context bundle (%s)', (engine) => {
     expect(paths(await bundle(owner, { intent: 'wombat', scope: '/alpha/x/' }))).toEqual(['alpha/x/a.md', 'alpha/x/deep/b.md']);
     expect(paths(await bundle(owner, { intent: 'wombat', scope: 'alpha/x/deep' }))).toEqual(['alpha/x/deep/b.md']);
     expect(paths(await bundle(owner, { intent: 'wombat', scope: 'beta' }))).toEqual(['beta/x/e.md']);
-    expect((await bundle(owner, { intent: 'wombat', scope: 'gamma' })).sections).toEqual([]);
-    expect((await bundle(owner, { intent: 'wombat', scope: 'alpha/nope' })).sections).toEqual([]);
-    // An empty bundle still stays within the budget and says what it is for.
+    // A scope naming no Space or folder the caller can read is 404 unknown_scope naming those it can (issue 13).
+    for (const scope of ['gamma', 'alpha/nope']) {
+      const res = await owner.post('/api/v1/bundle', { intent: 'wombat', scope });
+      expectError(res, 404, 'unknown_scope');
+      expect(res.body.error.message).toMatch(/Scopes you can use: .*alpha, beta/);
+    }
+    expectError(await owner.get('/api/v1/bundle?intent=wombat&scope=gamma'), 404, 'unknown_scope');
+    // An empty Space is a scope: its bundle is empty, still within the budget, and says what it is for.
+    expect((await owner.post('/api/v1/spaces', { id: 'gamma', name: 'Gamma' })).status).toBe(201);
     const empty = await bundle(owner, { intent: 'wombat', scope: 'gamma', budget_tokens: 200 });
+    expect(empty.sections).toEqual([]);
     expect(empty.used_tokens).toBeLessThanOrEqual(200);
     expect(empty.markdown).toContain('wombat');
   });

@@ -16,9 +16,11 @@ const PASSWORD = 'velvet otter juggles 7 lanterns';
 let n = 0;
 const email = (tag: string) => `${tag}-${process.pid}-${++n}-${Date.now()}@example.com`;
 
-function expectLimited(r: Res, maxRetry: number): void {
+function expectLimited(r: Res, maxRetry: number, body: 'rest' | 'oauth' = 'rest'): void {
   expect(r.status).toBe(429);
-  expect(r.body).toEqual({ error: { code: 'rate_limited', message: expect.any(String) }, code: 'rate_limited' });
+  // The OAuth endpoints answer errors in OAuth's own body (RFC 6749 §5.2).
+  if (body === 'oauth') expect(r.body).toEqual({ error: 'rate_limited', error_description: expect.any(String) });
+  else expect(r.body).toEqual({ error: { code: 'rate_limited', message: expect.any(String) }, code: 'rate_limited' });
   const retry = r.headers.get('retry-after');
   expect(retry).toMatch(/^\d+$/);
   expect(Number(retry)).toBeGreaterThanOrEqual(1);
@@ -278,9 +280,9 @@ describe.each(testEngines())('per-IP limits over HTTP (%s)', (engine) => {
   it('OAuth registration and token endpoints: per IP, separately', async () => {
     const c = new Client(s.url);
     for (let i = 0; i < 2; i++) expect((await c.post('/oauth/register', { redirect_uris: ['http://x'] })).status).not.toBe(429);
-    expectLimited(await c.post('/oauth/register', {}), 30);
+    expectLimited(await c.post('/oauth/register', {}), 30, 'oauth');
     for (let i = 0; i < 2; i++) expect((await c.post('/oauth/token', {})).status).not.toBe(429);
-    expectLimited(await c.post('/oauth/token', {}), 30);
+    expectLimited(await c.post('/oauth/token', {}), 30, 'oauth');
     // Health is never limited.
     for (let i = 0; i < 10; i++) expect((await c.get('/healthz')).status).toBe(200);
   });

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client as McpClient } from '@modelcontextprotocol/sdk/client/index.js';
+import { TOOLSETS } from '../../src/mcp/tools/index.js';
 import { ACTIONS, type Action } from '../../src/policy/principal.js';
 import { testEngines } from '../support/engines.js';
 import { Client, joinAs, signupHuman, startTestServer, type TestServer } from '../support/server.js';
@@ -36,8 +37,10 @@ const SENS: Record<Caller, Sensitivity> = {
 
 interface Fixtures {
   /** A fresh page of A by its owner at this sensitivity; archived when asked. */
-  page(sens: Sensitivity, opts?: { archived?: boolean; dir?: string }): Promise<{ id: string; path: string }>;
-  shared: Record<Sensitivity, { id: string; path: string }>;
+  page(sens: Sensitivity, opts?: { archived?: boolean; dir?: string }): Promise<{ id: string; path: string; commit: string }>;
+  shared: Record<Sensitivity, { id: string; path: string; commit: string }>;
+  /** An open proposal by A's owner on a fresh page at this sensitivity (someone else's, for every agent). */
+  proposal(sens: Sensitivity): Promise<string>;
   uniq(prefix: string): string;
 }
 
@@ -91,8 +94,8 @@ const ROWS: ToolRow[] = [
     tool: 'context_archive',
     grant: 'write',
     args: async (f, s) => ({ id: (await f.page(s)).id }),
-    // Without write (propose held) the archive becomes a proposal, reported as forbidden.
-    expect: { ...readLike, elevated: FB },
+    // Without write (propose held) the archive becomes a proposal: a success saying proposed: true (issue 13).
+    expect: { ...readLike, noGrant: OK, elevated: FB },
   },
   // The demoted agent lost its write grant with its creator's role: refused before the page is looked up.
   {
@@ -122,6 +125,67 @@ const ROWS: ToolRow[] = [
     expect: { full: OK, noGrant: OK, lowCeiling: OK, foreign: OK, demoted: OK, elevated: OK },
   },
   { tool: 'context_whoami', grant: null, args: async () => ({}), expect: { full: OK, noGrant: OK, lowCeiling: OK, foreign: OK, demoted: OK, elevated: OK } },
+
+  // The extended toolset (issue 13, beyond the spec; every client here connects with ?toolset=extended).
+  // Edits in place and move: as context_restore (write; the elevated agent writes only up to confidential).
+  {
+    tool: 'context_append',
+    grant: 'write',
+    args: async (f, s) => ({ id: (await f.page(s)).id, text: 'matrix append' }),
+    expect: { ...readLike, demoted: FB, elevated: FB },
+  },
+  {
+    tool: 'context_replace_section',
+    grant: 'write',
+    args: async (f, s) => ({ id: (await f.page(s)).id, section: 'Matrix page', text: 'matrix section' }),
+    expect: { ...readLike, demoted: FB, elevated: FB },
+  },
+  {
+    tool: 'context_patch',
+    grant: 'write',
+    args: async (f, s) => ({
+      id: (await f.page(s)).id,
+      patch: '--- a\n+++ b\n@@ -4,3 +4,3 @@\n # Matrix page\n \n-Body of a matrix page.\n+Patched body.\n',
+    }),
+    expect: { ...readLike, demoted: FB, elevated: FB },
+  },
+  {
+    tool: 'context_move',
+    grant: 'write',
+    args: async (f, s) => ({ id: (await f.page(s)).id, to: `scratch/moved/${f.uniq('m')}.md` }),
+    expect: { ...readLike, demoted: FB, elevated: FB },
+  },
+  // The feed of the caller's own workspace: empty for the foreign agent, never an error.
+  { tool: 'context_changes', grant: 'read', args: async () => ({}), expect: { ...readLike, lowCeiling: OK, foreign: OK, demoted: OK } },
+  { tool: 'context_history', grant: 'read', args: async (f, s) => ({ id: f.shared[s].id }), expect: readLike },
+  { tool: 'context_get_at', grant: 'read', args: async (f, s) => ({ id: f.shared[s].id, at: f.shared[s].commit }), expect: readLike },
+  // A diff shows raw text: secret-level read only (the elevated agent).
+  { tool: 'context_diff', grant: 'read', args: async (f, s) => ({ id: f.shared[s].id }), expect: { ...readLike, full: FB } },
+  { tool: 'collab_thread', grant: 'read', args: async (f, s) => ({ node: f.shared[s].id }), expect: readLike },
+  // Needs propose or write: the noGrant caller (no propose) still holds write, and lists its own (none).
+  {
+    tool: 'context_proposals',
+    grant: 'propose',
+    args: async () => ({}),
+    expect: { full: OK, noGrant: OK, lowCeiling: OK, foreign: OK, demoted: OK, elevated: OK },
+  },
+  // Someone else's proposal: refused where the caller sees it, unknown where it does not.
+  {
+    tool: 'context_withdraw',
+    grant: 'propose',
+    args: async (f, s) => ({ id: await f.proposal(s) }),
+    expect: { full: FB, noGrant: FB, lowCeiling: NF, foreign: NF, demoted: NF, elevated: FB },
+  },
+  // Watching (issue 13): read on the page, which is not found where the caller cannot read it (idempotent, so alone and batch agree).
+  { tool: 'context_watch', grant: 'read', args: async (f, s) => ({ id: f.shared[s].id }), expect: readLike },
+  // Only your own watches exist for you: a watch that is not yours is not found, never forbidden.
+  {
+    tool: 'context_unwatch',
+    grant: null,
+    args: async () => ({ watch_id: `wa_${'0'.repeat(26)}` }),
+    expect: { full: NF, noGrant: NF, lowCeiling: NF, foreign: NF, demoted: NF, elevated: NF },
+  },
+  { tool: 'context_watches', grant: null, args: async () => ({}), expect: { full: OK, noGrant: OK, lowCeiling: OK, foreign: OK, demoted: OK, elevated: OK } },
 ];
 
 const PASSWORD = 'correct horse battery';
@@ -135,8 +199,8 @@ function outcomeOf(r: { isError?: boolean; content?: unknown }): string {
 }
 
 describe('MCP authz matrix table', () => {
-  it('covers the 16 tools, each once, with an outcome for every caller', () => {
-    expect(new Set(ROWS.map((r) => r.tool)).size).toBe(16);
+  it('covers every tool of the extended toolset (the 16 and the calls beyond), each once, with an outcome for every caller', () => {
+    expect(ROWS.map((r) => r.tool).sort()).toEqual(TOOLSETS.extended.map((t) => t.name).sort());
     for (const r of ROWS) for (const c of CALLERS) expect(r.expect[c], `${r.tool} × ${c}`).toBeTruthy();
   });
 });
@@ -192,7 +256,7 @@ describe.each(testEngines())('MCP authorization matrix, alone and in a batch (%s
       const path = `scratch/${opts.dir ?? 'p'}/${uniq('page')}.md`;
       const r = await admin.post('/api/v1/nodes', { path, content: `---\n${fm.join('\n')}\n---\n# Matrix page\n\nBody of a matrix page.\n` });
       expect(r.status, r.text).toBe(201);
-      return { id: r.body.id as string, path: r.body.path as string };
+      return { id: r.body.id as string, path: r.body.path as string, commit: r.body.commit_sha as string };
     };
     const shared = {} as Fixtures['shared'];
     for (const sens of ['internal', 'confidential', 'secret'] as const) {
@@ -201,9 +265,14 @@ describe.each(testEngines())('MCP authorization matrix, alone and in a batch (%s
         content: `---\nsensitivity: ${sens}\n---\n# Matrix page\n\nBody of a matrix page.\n`,
       });
       expect(r.status, r.text).toBe(201);
-      shared[sens] = { id: r.body.id, path: r.body.path };
+      shared[sens] = { id: r.body.id, path: r.body.path, commit: r.body.commit_sha };
     }
-    f = { page, shared, uniq };
+    const proposal: Fixtures['proposal'] = async (sens) => {
+      const pr = await admin.post('/api/v1/proposals', { node_id: (await page(sens)).id, content: `---\nsensitivity: ${sens}\n---\n# Owner's idea\n` });
+      expect(pr.status, pr.text).toBe(201);
+      return pr.body.id as string;
+    };
+    f = { page, shared, uniq, proposal };
   }, 120_000);
 
   afterAll(async () => {
@@ -213,7 +282,7 @@ describe.each(testEngines())('MCP authorization matrix, alone and in a batch (%s
 
   const mcp = async (key: string): Promise<McpClient> => {
     let c = clients.get(key);
-    if (!c) clients.set(key, (c = await connectMcp(s.url, key)));
+    if (!c) clients.set(key, (c = await connectMcp(s.url, key, '/mcp?toolset=extended')));
     return c;
   };
 
@@ -242,7 +311,7 @@ describe.each(testEngines())('MCP authorization matrix, alone and in a batch (%s
         const batch = [];
         for (const row of rows)
           batch.push({ jsonrpc: '2.0', id: row.tool, method: 'tools/call', params: { name: row.tool, arguments: await row.args(f, SENS[caller]) } });
-        const res = await fetch(`${s.url}/mcp`, {
+        const res = await fetch(`${s.url}/mcp?toolset=extended`, {
           method: 'POST',
           headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
           body: JSON.stringify(batch),

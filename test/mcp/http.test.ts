@@ -139,6 +139,8 @@ describe.each(testEngines())('MCP over HTTP (%s)', (engine) => {
       expect(r.headers.get('content-type')).toMatch(/application\/json/);
       expect(r.headers.get('mcp-session-id')).toBeNull();
       expect(r.json.result.serverInfo).toEqual({ name: 'service-connect', version: '0.1.0' });
+      // Issue 13: instructions for the client's model, sent once per session.
+      expect(r.json.result.instructions).toContain('load_project_context');
       expect(r.json.result.capabilities).toMatchObject({ tools: {}, resources: {}, prompts: {} });
       const n = await raw(s.url, '/mcp', { token: key, body: JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }) });
       expect(n.status).toBe(202);

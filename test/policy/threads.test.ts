@@ -14,7 +14,9 @@ import { FUTURE, PAST, human, agent, g, outcome, ALLOW, forbid, type Outcome } f
 
 const page = (path: string, sensitivity: string): PageFacts => ({ path, sensitivity, blockLevel: null });
 
-const LOCKED_MESSAGE = 'The thread is locked after 4 consecutive agent messages; a human editor or owner must unlock it (POST …/threads/unlock)';
+const LOCKED_MESSAGE =
+  'The thread is locked after 4 consecutive agent messages, until a person unlocks it: stop posting here and do not retry. ' +
+  'The editors and owners who can read the page have been told; one of them must unlock it (POST /api/v1/nodes/{id}/threads/unlock).';
 const LOCKED: Outcome = { kind: 'deny', status: 423, code: 'thread_locked', message: LOCKED_MESSAGE };
 
 describe('decidePost: collab over the page path, at or above the page level', () => {

@@ -148,7 +148,12 @@ export const ALL = ['read', 'write', 'search', 'propose', 'collab', 'admin'];
  * A new human joins the owner's workspace with a role through an invite; the returned
  * client works in that workspace.
  */
-export async function joinAs(owner: Client, workspaceSlug: string, role: 'owner' | 'editor' | 'viewer', name = role): Promise<{ client: Client; id: string }> {
+export async function joinAs(
+  owner: Client,
+  workspaceSlug: string,
+  role: 'owner' | 'editor' | 'viewer',
+  name: string = role,
+): Promise<{ client: Client; id: string }> {
   const inv = await owner.post(`/api/v1/workspaces/${workspaceSlug}/invites`, { role });
   if (inv.status !== 201) throw new Error(`invite failed: ${inv.status} ${inv.text}`);
   const h = await signupHuman(owner.base, name);

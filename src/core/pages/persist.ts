@@ -4,10 +4,12 @@ import type { Principal } from '../../policy/principal.js';
 import { indexPage } from '../../retrieval/indexer.js';
 import type { DB, PagesTable } from '../../store/schema.js';
 import { appendAudit } from '../audit.js';
+import type { CoreContext } from '../context.js';
 import { badRequest, conflict } from '../errors.js';
 import { newId } from '../ids.js';
 import type { PagePath } from '../paths.js';
 import { ensureFolders, ensureSpace } from '../spaces.js';
+import { deliverWatchEvents } from '../watches.js';
 import { commitFiles } from './commit.js';
 import type { PageContent } from './content.js';
 
@@ -39,10 +41,11 @@ function commitMessage(action: Action, path: string, message: string | undefined
 }
 
 /**
- * The one place a page change becomes durable: commit, page row, version row and audit
- * entry, all in the caller's transaction.
+ * The one place a page change becomes durable: commit, page row, version row, audit
+ * entry and the watchers' inbox events, all in the caller's transaction.
  */
 export async function commitPage(
+  ctx: CoreContext,
   trx: Transaction<DB>,
   p: Principal,
   args: {
@@ -147,6 +150,8 @@ export async function commitPage(
     },
     at,
   );
+  // Watchers of the page or of a folder above it are told, in this transaction (issue 13).
+  await deliverWatchEvents(ctx, trx, p.workspaceId, { action, row, before: existing, actor: p, author: args.credit, at });
   return row;
 }
 

@@ -1,15 +1,16 @@
 import { createTwoFilesPatch } from 'diff';
 import { sql } from 'kysely';
-import { redactDocument } from '../../markdown/index.js';
+import { extractSections, redactDocument } from '../../markdown/index.js';
 import { blockVisibility, canDiff, canReadInFull, canReadPage } from '../../policy/pages.js';
 import type { Principal } from '../../policy/principal.js';
-import { findReadablePage } from '../../retrieval/lookup.js';
+import { findReadablePage, isPageId } from '../../retrieval/lookup.js';
+import { suggestPagePath } from '../../retrieval/suggest.js';
 import { ObjectStore } from '../../store/git/object-store.js';
 import type { Executor } from '../../store/db.js';
 import type { PageVersionsTable } from '../../store/schema.js';
 import type { CoreContext } from '../context.js';
-import { badRequest, forbidden, notFound } from '../errors.js';
-import { presentPage, redactedValidator, type PageRecord } from './record.js';
+import { badRequest, forbidden, isServiceError, notFound } from '../errors.js';
+import { presentPage, redactedValidator, type PageRecord, type PageRow } from './record.js';
 
 /** Resolves a commit sha (full, or a unique prefix of at least 7) in the workspace to its seq. */
 async function resolveCommit(db: Executor, workspaceId: string, sha: string): Promise<{ sha: string; seq: number }> {
@@ -63,11 +64,11 @@ export async function readPage(ctx: CoreContext, p: Principal, ref: string, opts
   const db = ctx.store.db;
   const now = new Date().toISOString();
   if (!opts.at) {
-    const row = await findReadablePage(db, p, ref);
+    const row = await findReadablePage(db, p, ref).catch((e: unknown) => withSuggestion(db, p, ref, e));
     ctx.touches.touch(row.id, now);
-    return presentPage(p, { ...row, last_touched_at: now }, { section: opts.section });
+    return presentSection(p, { ...row, last_touched_at: now }, opts.section);
   }
-  const row = await findReadablePage(db, p, ref, { includeDeleted: true });
+  const row = await findReadablePage(db, p, ref, { includeDeleted: true }).catch((e: unknown) => withSuggestion(db, p, ref, e));
   const commit = await resolveCommit(db, p.workspaceId, opts.at);
   const v = await versionAt(db, p.workspaceId, row.id, commit.seq);
   if (!v || !v.blob_sha || !versionVisible(p, v)) throw notFound(`Page ${ref} did not exist at ${opts.at}`);
@@ -82,7 +83,7 @@ export async function readPage(ctx: CoreContext, p: Principal, ref: string, opts
     .executeTakeFirstOrThrow();
   ctx.touches.touch(row.id, now);
   const path = v.path;
-  return presentPage(
+  return presentSection(
     p,
     {
       id: row.id,
@@ -100,8 +101,42 @@ export async function readPage(ctx: CoreContext, p: Principal, ref: string, opts
       created_by: row.created_by,
       updated_by: v.principal_id,
     },
-    { section: opts.section },
+    opts.section,
   );
+}
+
+/**
+ * A page not found by path: the same 404, with the path of a page the caller can read that it
+ * likely meant (`.md` added, or a few letters off). Only pages the caller sees are suggested.
+ */
+export async function withSuggestion(db: Executor, p: Principal, ref: string, e: unknown): Promise<never> {
+  if (!(isServiceError(e) && e.code === 'not_found') || isPageId(ref)) throw e;
+  const guess = await suggestPagePath(db, p, ref);
+  if (guess === null) throw e;
+  throw notFound(`${e.message}; did you mean ${guess}?`);
+}
+
+/** Headings listed at most when a section is not found. */
+const HEADINGS_SHOWN = 30;
+
+/**
+ * The page, or one section of it. A section that is not there answers 404 `section_not_found`
+ * listing the headings that are, from the text the caller sees (a heading inside a redacted
+ * block is not listed).
+ */
+function presentSection(p: Principal, row: PageRow, section: string | undefined): PageRecord {
+  try {
+    return presentPage(p, row, { section });
+  } catch (e) {
+    if (!(isServiceError(e) && e.code === 'section_not_found')) throw e;
+    const heads = extractSections(presentPage(p, row).body)
+      .map((s) => s.heading)
+      .filter((h) => h !== '');
+    const shown = [...new Set(heads)].slice(0, HEADINGS_SHOWN);
+    const list =
+      shown.length === 0 ? 'the page has no headings' : `headings: ${shown.map((h) => `"${h}"`).join(', ')}${heads.length > shown.length ? ', …' : ''}`;
+    throw notFound(`${e.message}; ${list}`, 'section_not_found');
+  }
 }
 
 export interface HistoryEntry {

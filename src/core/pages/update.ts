@@ -1,7 +1,8 @@
 import type { Transaction } from 'kysely';
 import { parseDocument, serializeDocument } from '../../markdown/index.js';
 import { assertFrontmatterDepth } from '../../markdown/frontmatter.js';
-import { decideWrite, enforce } from '../../policy/pages.js';
+import { canReadInFull, decideWrite, enforce } from '../../policy/pages.js';
+import { decidePartialEdit } from '../../policy/edits.js';
 import { decideWriteOrPropose } from '../../policy/proposals.js';
 import type { Principal } from '../../policy/principal.js';
 import { findReadablePage } from '../../retrieval/lookup.js';
@@ -15,6 +16,8 @@ import { parsePagePath } from '../paths.js';
 import { highest, insertProposal, presentProposal } from '../proposals/record.js';
 import { invalidBase, readableBase, type BaseVersion } from './base.js';
 import { analyzeContent } from './content.js';
+import { conflictHunks, conflictMessage, conflictNextStep } from './conflict.js';
+import { applyEdit, type EditMode } from './edit-apply.js';
 import { commitPage, facts, rowFacts } from './persist.js';
 import { presentPage } from './record.js';
 import type { Proposed, WriteResult } from './write.js';
@@ -70,6 +73,8 @@ async function baseVersion(trx: Transaction<DB>, p: Principal, current: PagesTab
 
 export type PageUpdate =
   | { kind: 'replace'; content: string }
+  /** An edit in place (append, replace a section, a unified diff): core/pages/edit-apply.ts. */
+  | { kind: 'edit'; mode: EditMode }
   | {
       kind: 'fields';
       title?: string | undefined;
@@ -80,8 +85,9 @@ export type PageUpdate =
       mergeFrontmatter: boolean;
     };
 
-export function applyUpdate(currentRaw: string, u: PageUpdate): string {
+export function applyUpdate(currentRaw: string, u: PageUpdate, where = 'the page'): string {
   if (u.kind === 'replace') return u.content;
+  if (u.kind === 'edit') return applyEdit(currentRaw, u.mode, where);
   assertFrontmatterDepth(u.frontmatter);
   const doc = parseDocument(currentRaw);
   let fm: Record<string, unknown>;
@@ -142,12 +148,14 @@ async function writeUpdate(
   const result = await inTransaction(ctx.store, p.workspaceId, async (trx) => {
     const current = await findReadablePage(trx, p, ref);
     const target = parsePagePath(current.path);
+    // An edit in place works on the whole text: only on a page the caller reads whole.
+    if (update.kind === 'edit') enforce(decidePartialEdit(p, rowFacts(current)));
     if (opts.allowPropose) {
       // An agent without write but with propose (REST): its change, built from the version it
       // read, becomes an `edit` proposal on that base; accepting merges it three-way.
       const stale = preconditionMatches(current, pre) === false;
       const base = stale ? await baseVersion(trx, p, current, pre) : { content: current.content, blobSha: current.content_hash, commitSha: current.commit_sha };
-      const theirs = applyUpdate(base.content, update);
+      const theirs = applyUpdate(base.content, update, `${current.path} at commit ${base.commitSha}`);
       const content = analyzeContent(theirs, target.slug);
       if (decideWriteOrPropose(p, rowFacts(current), facts(current.path, content), { proposers: 'agents', carriesContent: true }).kind === 'propose') {
         if (theirs === current.content) {
@@ -171,7 +179,7 @@ async function writeUpdate(
     let merged = false;
     if (preconditionMatches(current, pre) === false) {
       const base = await baseVersion(trx, p, current, pre);
-      const theirs = applyUpdate(base.content, update);
+      const theirs = applyUpdate(base.content, update, `${current.path} at commit ${base.commitSha}`);
       const content = analyzeContent(theirs, target.slug);
       // Only a writer may have a conflict kept as a proposal: check the write first.
       enforce(decideWrite(p, rowFacts(current), facts(current.path, content)));
@@ -197,24 +205,38 @@ async function writeUpdate(
             payload: { proposal_id: proposal.id, page_id: current.id, path: current.path, reason: proposal.reason },
           },
         ]);
-        return { kind: 'conflict' as const, proposal, current };
+        return {
+          kind: 'conflict' as const,
+          proposal,
+          current,
+          hunks: conflictHunks(m.conflicts, canReadInFull(p, rowFacts(current))),
+          clashes: m.conflicts.length,
+        };
       }
       raw = m.content;
       merged = true;
     } else {
-      raw = applyUpdate(current.content, update);
+      raw = applyUpdate(current.content, update, `${current.path} at commit ${current.commit_sha}`);
     }
     const content = analyzeContent(raw, target.slug);
     enforce(decideWrite(p, rowFacts(current), facts(current.path, content)));
     if (raw === current.content) return { kind: 'ok' as const, row: current, changed: false, merged };
-    return { kind: 'ok' as const, row: await commitPage(trx, p, { action: 'update', existing: current, target, content, message }), changed: true, merged };
+    return {
+      kind: 'ok' as const,
+      row: await commitPage(ctx, trx, p, { action: 'update', existing: current, target, content, message }),
+      changed: true,
+      merged,
+    };
   });
   if (result.kind === 'proposed') return { proposal: presentProposal(p, result.proposal) };
   if (result.kind === 'conflict') {
-    const { proposal, current } = result;
-    throw conflict('The page changed since you read it and your change does not merge cleanly; it was saved as a proposal', 'conflict', {
+    const { proposal, current, hunks, clashes } = result;
+    // Issue 13: the head, the clashing lines (redacted to the caller) and the next step.
+    throw conflict(conflictMessage(current.commit_sha, hunks, clashes, proposal.id), 'conflict', {
       proposal: presentProposal(p, proposal),
       current: { content_hash: current.content_hash, commit_sha: current.commit_sha },
+      hunks,
+      next_step: conflictNextStep(current.commit_sha, proposal.id),
     });
   }
   return { record: presentPage(p, result.row), changed: result.changed, merged: result.merged };

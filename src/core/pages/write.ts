@@ -95,7 +95,7 @@ async function writeNewPage(
   }
   const row = await inTransaction(ctx.store, p.workspaceId, async (trx) => {
     await assertPathFree(trx, p.workspaceId, target.path);
-    return commitPage(trx, p, { action: 'create', existing: null, target, content, message });
+    return commitPage(ctx, trx, p, { action: 'create', existing: null, target, content, message });
   });
   return { record: presentPage(p, row), changed: true };
 }
@@ -176,7 +176,10 @@ export async function movePageTx(
     }
   }
   await assertPathFree(trx, p.workspaceId, target.path);
-  return { kind: 'done', row: await commitPage(trx, p, { action: 'move', existing: current, target, content, message: opts.message, credit: opts.credit }) };
+  return {
+    kind: 'done',
+    row: await commitPage(ctx, trx, p, { action: 'move', existing: current, target, content, message: opts.message, credit: opts.credit }),
+  };
 }
 
 export async function movePage(ctx: CoreContext, p: Principal, ref: string, to: string, message?: string): Promise<PublicOutcome> {
@@ -225,7 +228,7 @@ export async function setStateTx(
     });
     return { kind: 'proposed', proposal };
   }
-  return { kind: 'done', row: await commitPage(trx, p, { action, existing: current, target, content, message: opts.message, credit: opts.credit }) };
+  return { kind: 'done', row: await commitPage(ctx, trx, p, { action, existing: current, target, content, message: opts.message, credit: opts.credit }) };
 }
 
 export async function archivePage(ctx: CoreContext, p: Principal, ref: string, reason: ArchiveReason | undefined, message?: string): Promise<PublicOutcome> {
@@ -248,7 +251,7 @@ export async function deletePage(ctx: CoreContext, p: Principal, ref: string, me
   return inTransaction(ctx.store, p.workspaceId, async (trx) => {
     const current = await findReadablePage(trx, p, ref);
     enforce(decideDelete(p, rowFacts(current)));
-    const row = await commitPage(trx, p, { action: 'delete', existing: current, target: parsePagePath(current.path), content: null, message });
+    const row = await commitPage(ctx, trx, p, { action: 'delete', existing: current, target: parsePagePath(current.path), content: null, message });
     await supersedeForPage(trx, p.workspaceId, current.id, row.updated_at);
     return { id: row.id, path: row.path, commit_sha: row.commit_sha };
   });

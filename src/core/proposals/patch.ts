@@ -1,20 +1,19 @@
-import { applyPatch, parsePatch } from 'diff';
 import { enforce } from '../../policy/pages.js';
 import type { Principal } from '../../policy/principal.js';
 import { decidePropose } from '../../policy/proposals.js';
 import { findReadablePage } from '../../retrieval/lookup.js';
 import { inTransaction } from '../../store/tx.js';
 import type { CoreContext } from '../context.js';
-import { badRequest, conflict, forbidden } from '../errors.js';
+import { conflict, forbidden } from '../errors.js';
 import { analyzeContent } from '../pages/content.js';
+import { applyUnifiedPatch, checkUnifiedPatch } from '../pages/edit-apply.js';
 import { invalidBase, readableBase } from '../pages/base.js';
 import { facts } from '../pages/persist.js';
 import { presentPage } from '../pages/record.js';
 import { parsePagePath } from '../paths.js';
 import { highest, insertProposal, presentProposal, type ProposalRecord } from './record.js';
 
-/** Longest accepted patch text. */
-export const MAX_PATCH_CHARS = 1024 * 1024;
+export { MAX_PATCH_CHARS } from '../pages/edit-apply.js';
 
 /**
  * A proposal given as a unified diff (MCP context_propose with `patch`), applied in the same
@@ -29,16 +28,7 @@ export async function createPatchProposal(
   p: Principal,
   input: { ref: string; patch: string; reason?: string | undefined; baseSha?: string | undefined },
 ): Promise<ProposalRecord> {
-  if (input.patch.length > MAX_PATCH_CHARS) throw badRequest(`A patch holds at most ${MAX_PATCH_CHARS} characters`, 'invalid_patch');
-  let hunks: number;
-  try {
-    const files = parsePatch(input.patch);
-    if (files.length > 1) throw new Error('it holds more than one file');
-    hunks = files.reduce((n, f) => n + f.hunks.length, 0);
-  } catch (e) {
-    throw badRequest(`The patch is not a unified diff of one file: ${e instanceof Error ? e.message : String(e)}`, 'invalid_patch');
-  }
-  if (hunks === 0) throw badRequest('The patch is not a unified diff: it holds no hunk (lines starting with @@)', 'invalid_patch');
+  checkUnifiedPatch(input.patch);
   const row = await inTransaction(ctx.store, p.workspaceId, async (trx) => {
     const page = await findReadablePage(trx, p, input.ref);
     if (presentPage(p, page).redacted) {
@@ -50,12 +40,7 @@ export async function createPatchProposal(
       if (!read) throw invalidBase(input.baseSha);
       base = read;
     }
-    let patched: string | false;
-    try {
-      patched = applyPatch(base.content, input.patch);
-    } catch (e) {
-      throw badRequest(`The patch is not a unified diff of one file: ${e instanceof Error ? e.message : String(e)}`, 'invalid_patch');
-    }
+    const patched = applyUnifiedPatch(base.content, input.patch);
     if (patched === false) {
       throw conflict(`The patch does not apply to ${page.path} at commit ${base.commitSha}; read it again`, 'patch_does_not_apply');
     }

@@ -1,6 +1,6 @@
 import type { Transaction } from 'kysely';
 import { canReadPage, enforce } from '../../policy/pages.js';
-import { canSeeProposal, decideOnProposal, decidePropose } from '../../policy/proposals.js';
+import { canSeeProposal, decideOnProposal, decidePropose, decideWithdraw } from '../../policy/proposals.js';
 import type { Principal } from '../../policy/principal.js';
 import { isPageId, loadLivePage } from '../../retrieval/lookup.js';
 import type { DB, PagesTable, ProposalsTable } from '../../store/schema.js';
@@ -122,7 +122,7 @@ async function visibleTo(db: Transaction<DB> | CoreContext['store']['db'], p: Pr
 export async function listProposals(
   ctx: CoreContext,
   p: Principal,
-  opts: { status?: ProposalsTable['status'] | undefined; limit: number; cursor?: string | undefined },
+  opts: { status?: ProposalsTable['status'] | undefined; limit: number; cursor?: string | undefined; mine?: boolean | undefined },
 ): Promise<{ proposals: ProposalRecord[]; next_cursor: string | null }> {
   const db = ctx.store.db;
   let after = opts.cursor ? decodeCursor(opts.cursor) : null;
@@ -130,6 +130,8 @@ export async function listProposals(
   for (;;) {
     let q = db.selectFrom('proposals').selectAll().where('workspace_id', '=', p.workspaceId);
     if (opts.status) q = q.where('status', '=', opts.status);
+    // `mine`: the caller's own proposals (MCP context_proposals, issue 13).
+    if (opts.mine) q = q.where('proposer_id', '=', p.id);
     if (after) {
       const a = after;
       q = q.where((eb) => eb.or([eb('created_at', '<', a.createdAt), eb.and([eb('created_at', '=', a.createdAt), eb('id', '<', a.id)])]));
@@ -202,7 +204,7 @@ export async function acceptProposal(ctx: CoreContext, p: Principal, id: string,
       const content = analyzeContent(input.content ?? row.content ?? '', target.slug);
       enforce(decideWrite(p, null, facts(target.path, content)));
       await assertPathFree(trx, p.workspaceId, target.path);
-      commitSha = (await commitPage(trx, p, { action: 'create', existing: null, target, content, message, credit })).commit_sha;
+      commitSha = (await commitPage(ctx, trx, p, { action: 'create', existing: null, target, content, message, credit })).commit_sha;
     } else if (row.kind === 'edit') {
       let raw = input.content;
       if (raw === undefined) {
@@ -227,7 +229,7 @@ export async function acceptProposal(ctx: CoreContext, p: Principal, id: string,
       commitSha =
         raw === page!.content
           ? page!.commit_sha
-          : (await commitPage(trx, p, { action: 'update', existing: page!, target, content, message, credit })).commit_sha;
+          : (await commitPage(ctx, trx, p, { action: 'update', existing: page!, target, content, message, credit })).commit_sha;
     } else if (row.kind === 'archive') {
       const params = JSON.parse(row.params) as { reason?: ArchiveReason };
       const o = await setStateTx(ctx, trx, p, page!, 'archive', params.reason, { message, credit, allowPropose: false });
@@ -275,6 +277,32 @@ export async function rejectProposal(ctx: CoreContext, p: Principal, id: string,
       .execute();
     await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'proposal.reject', pageId: row.page_id, detail: { proposal: row.id, reason } });
     await notifyProposer(ctx, trx, p, row, 'rejected', { reason });
+    return loadProposal(trx, p, row.id);
+  });
+  return presentProposal(p, result);
+}
+
+/** What a withdrawn proposal's decision reason says (the spec has no `withdrawn` status). */
+export const WITHDRAWN_REASON = 'Withdrawn by its author';
+
+/**
+ * Withdraw (issue 13, beyond the spec): the author of an open proposal closes it. The spec's
+ * proposal states are open, accepted, rejected and superseded; a withdrawn proposal is shown as
+ * `rejected`, decided by its own author, with the decision reason starting "Withdrawn by its
+ * author" (docs/decisions.md), so every list and filter of the spec keeps working.
+ */
+export async function withdrawProposal(ctx: CoreContext, p: Principal, id: string, reason?: string): Promise<ProposalRecord> {
+  const result = await inTransaction(ctx.store, p.workspaceId, async (trx) => {
+    const row = await loadProposal(trx, p, id);
+    enforce(decideWithdraw(p, { ...proposalFacts(row), status: row.status }));
+    const why = reason ? `${WITHDRAWN_REASON}: ${reason}` : WITHDRAWN_REASON;
+    await trx
+      .updateTable('proposals')
+      .set({ status: 'rejected', decided_by: p.id, decided_at: new Date().toISOString(), decision_reason: why })
+      .where('id', '=', row.id)
+      .where('status', '=', 'open')
+      .execute();
+    await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'proposal.withdraw', pageId: row.page_id, detail: { proposal: row.id } });
     return loadProposal(trx, p, row.id);
   });
   return presentProposal(p, result);

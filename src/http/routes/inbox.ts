@@ -9,7 +9,7 @@ import { errors } from '../shared/schemas.js';
 
 const EventSchema = z.object({
   seq: z.number().int().describe('Grows per principal'),
-  kind: z.enum(['mention', 'reply', 'proposal', 'conflict']),
+  kind: z.enum(['mention', 'reply', 'proposal', 'conflict', 'thread_locked', 'page_changed', 'watch_digest']),
   state: z.enum(['unread', 'read', 'done']),
   created_at: z.string(),
   page_id: z.string().nullable(),

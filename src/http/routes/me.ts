@@ -66,7 +66,7 @@ export async function meRoutes(app: FastifyInstance, ctx: CoreContext): Promise<
             kind: z.enum(['human', 'agent']),
             workspace: z.object({ id: z.string(), slug: z.string() }),
             role: z.string().nullable(),
-            via: z.enum(['session', 'key']),
+            via: z.enum(['session', 'key', 'oauth']),
             ceiling: z.string(),
             grants: Grants,
           }),

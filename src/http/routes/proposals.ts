@@ -4,7 +4,15 @@ import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
 import { BODY_PATH_MAX_CHARS } from '../../core/pages/input.js';
 import { PROPOSAL_REASON_MAX_CHARS, ProposalReason } from '../../core/proposals/input.js';
-import { acceptProposal, createProposal, getProposal, listProposals, PROPOSAL_STATUSES, rejectProposal } from '../../core/proposals/service.js';
+import {
+  acceptProposal,
+  createProposal,
+  getProposal,
+  listProposals,
+  PROPOSAL_STATUSES,
+  rejectProposal,
+  withdrawProposal,
+} from '../../core/proposals/service.js';
 import { caller } from '../shared/caller.js';
 import { IdParams, ProposalSchema } from '../schemas.js';
 import { errors, optionalBody } from '../shared/schemas.js';
@@ -102,5 +110,19 @@ export async function proposalRoutes(app: FastifyInstance, ctx: CoreContext): Pr
       },
     },
     async (req) => rejectProposal(ctx, caller(req), req.params.id, req.body.reason),
+  );
+
+  r.post(
+    '/proposals/:id/withdraw',
+    {
+      schema: {
+        tags,
+        summary: 'Withdraw your own open proposal (beyond the spec: it becomes rejected, decided by you, reason "Withdrawn by its author")',
+        params: IdParams,
+        body: optionalBody(z.strictObject({ reason: ProposalReason.optional() })),
+        response: { 200: ProposalSchema, ...errors(400, 401, 403, 404, 409) },
+      },
+    },
+    async (req) => withdrawProposal(ctx, caller(req), req.params.id, req.body.reason),
   );
 }

@@ -63,7 +63,7 @@ h2 { margin: 0 0 1rem; font-size: 1.05rem; }
 p, form { margin: 0 0 1rem; }
 main > :last-child { margin-bottom: 0; }
 label, p.label { display: block; margin: 0 0 .35rem; font-weight: 600; font-size: .95rem; }
-input[type=email], input[type=password], input[type=text] { display: block; width: 100%; margin: 0 0 1rem; padding: .6rem .7rem;
+input[type=email], input[type=password], input[type=text], select { display: block; width: 100%; margin: 0 0 1rem; padding: .6rem .7rem;
   font: inherit; color: inherit; background: transparent; border: 1px solid var(--line); border-radius: 8px; }
 input:focus-visible, button:focus-visible, a:focus-visible { outline: 3px solid var(--accent); outline-offset: 2px; }
 input.code { font-size: 1.5rem; letter-spacing: .4em; text-align: center; font-variant-numeric: tabular-nums; }
@@ -100,9 +100,19 @@ ${body}
 `;
 }
 
-/** Sends a page with its status and the security headers. */
-export function sendPage(reply: FastifyReply, status: number, title: string, body: SafeHtml): FastifyReply {
+/**
+ * Sends a page with its status and the security headers. `formTargets`: origins a form on the
+ * page may end up at besides this site (CSP form-action also governs the redirect that answers
+ * a submission, so the OAuth consent form names the client's redirect origin).
+ */
+export function sendPage(reply: FastifyReply, status: number, title: string, body: SafeHtml, formTargets: string[] = []): FastifyReply {
   setPageHeaders(reply);
+  if (formTargets.length > 0) {
+    reply.header(
+      'content-security-policy',
+      PAGE_HEADERS['content-security-policy']!.replace("form-action 'self'", `form-action 'self' ${formTargets.join(' ')}`),
+    );
+  }
   return reply.code(status).type('text/html; charset=utf-8').send(layout(title, body).value);
 }
 

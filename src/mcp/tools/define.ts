@@ -29,9 +29,41 @@ export interface ToolDef {
   readOnly: boolean;
   /** Appended to a `forbidden` error of this tool (e.g. where to go instead). */
   forbiddenHint?: string;
+  /**
+   * JSON Schema of the result (MCP 2025-06-18 `outputSchema`): declared only by tools whose
+   * answer is always one JSON object; the result then also comes as `structuredContent`, which
+   * clients validate against it. Kept to the fields always present, so it stays small in
+   * tools/list and never rejects a valid answer.
+   */
+  output?: OutputSchema;
   /** Called with the arguments the schema parsed (src/mcp/server.ts). */
   run(args: unknown, call: ToolCall): Promise<unknown>;
 }
+
+/** A JSON Schema object as MCP's `outputSchema` takes it (type object at the root). */
+export interface OutputSchema {
+  type: 'object';
+  properties: Record<string, object>;
+  required: string[];
+}
+
+type Json = Record<string, object>;
+
+/** An object schema requiring every field named, unless `optional` names it. */
+export function out(properties: Json, optional: readonly string[] = []): OutputSchema {
+  return { type: 'object', properties, required: Object.keys(properties).filter((k) => !optional.includes(k)) };
+}
+
+/** Field schemas for `out`, the few kinds the results use. */
+export const J = {
+  str: { type: 'string' },
+  int: { type: 'integer' },
+  num: { type: 'number' },
+  bool: { type: 'boolean' },
+  arr: { type: 'array' },
+  obj: { type: 'object' },
+  strOrNull: { type: ['string', 'null'] },
+} as const;
 
 /** A tool whose `run` sees its own schema's parsed arguments, typed; the table erases the type. */
 export function tool<S extends z.ZodObject>(

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { changeFolderState } from '../../core/folders.js';
-import { badRequest, ServiceError } from '../../core/errors.js';
+import { badRequest } from '../../core/errors.js';
 import { ackInbox } from '../../core/inbox.js';
 import { AckSeqs, AckUpTo, inboxAfter, inboxLimit } from '../../core/inbox-input.js';
 import { listInboxUnreadFirst } from '../../core/inbox-open.js';
@@ -24,12 +24,13 @@ import { relatedPages } from '../../retrieval/related.js';
 import { searchPages } from '../../retrieval/search.js';
 import { QueryText, SEARCH_DEFAULT_LIMIT, SEARCH_MAX_TAGS, searchLimit, TAG_MAX_CHARS } from '../../retrieval/search-input.js';
 import { whoamiToolView } from '../../presenters/identity.js';
-import { fetchToolView, pageToolView, stateToolView, writeToolView } from '../../presenters/pages.js';
-import { proposalToolView } from '../../presenters/proposals.js';
+import { inboxToolView } from '../../presenters/inbox.js';
+import { fetchToolView, readToolView, stateToolView, writeToolView } from '../../presenters/pages.js';
+import { proposalToolView, proposedToolView } from '../../presenters/proposals.js';
 import { searchConnectorView, searchToolView } from '../../presenters/search.js';
 import { spacesView } from '../../presenters/spaces.js';
 import { postToolView } from '../../presenters/threads.js';
-import { INBOX_MAX_WAIT_MCP_S, pageRef, Scope, splitScope, tool, type ToolDef } from './define.js';
+import { INBOX_MAX_WAIT_MCP_S, J, out, pageRef, Scope, splitScope, tool, type ToolDef } from './define.js';
 
 /**
  * The spec's 16 MCP tools: names, arguments, ranges, defaults and grants exactly as its
@@ -40,16 +41,23 @@ import { INBOX_MAX_WAIT_MCP_S, pageRef, Scope, splitScope, tool, type ToolDef } 
  * presenters (src/presenters/).
  */
 
-/** An archive that became a proposal is reported as the spec's "else proposal" error. */
-function landedOrProposed(o: PublicOutcome, what: string): unknown {
+/**
+ * An archive (or restore) that became a proposal is a success: the change is queued for review
+ * as the spec's "else proposal" says, and the agent reads `proposed: true` and the proposal,
+ * not an error it might retry.
+ */
+function landedOrProposed(o: PublicOutcome): unknown {
   if (o.record) return stateToolView(o.record);
-  throw new ServiceError(403, 'forbidden', `${what} needs the write grant; it was turned into a proposal`, { proposal: o.proposal });
+  if (o.proposal) return proposedToolView(o.proposal);
+  // Cannot happen (the core answers one or the other); logged as unexpected if it ever does.
+  throw new Error('The change neither landed nor became a proposal');
 }
 
 export const SPEC_TOOLS: ToolDef[] = [
   tool({
     name: 'context_bundle',
-    description: 'Markdown bundle of the sections most relevant to an intent, ranked, deduplicated, within a token budget; one source line per section.',
+    description:
+      'Start here: markdown of the sections most relevant to an intent, ranked, deduplicated, within budget_tokens (tokens used shown); grouped by page under one source line (path, id, short commit) to cite.',
     schema: z.strictObject({
       intent: IntentText.min(1),
       budget_tokens: budgetTokens(z.number()),
@@ -67,7 +75,8 @@ export const SPEC_TOOLS: ToolDef[] = [
   }),
   tool({
     name: 'context_search',
-    description: 'Hybrid search; one result per page with id, path, title, state, score and snippet. Archived pages only with include_archived.',
+    description:
+      'Hybrid search; one result per page with id, path, title, state, score and snippet. Archived pages only with include_archived. Prefer it to search.',
     schema: z.strictObject({
       query: QueryText.min(1),
       scope: Scope.optional(),
@@ -77,6 +86,7 @@ export const SPEC_TOOLS: ToolDef[] = [
     }),
     grants: ['search'],
     readOnly: true,
+    output: out({ results: J.arr }),
     run: async (a, { ctx, p }) =>
       searchToolView(
         await searchPages(ctx, p, { q: a.query, ...splitScope(a.scope), tags: a.tags, mode: 'hybrid', limit: a.limit, includeArchived: a.include_archived }),
@@ -84,7 +94,8 @@ export const SPEC_TOOLS: ToolDef[] = [
   }),
   tool({
     name: 'context_get',
-    description: 'A page by id or path: full markdown redacted to your ceiling, with state, last_touched_at and commit_sha (pass it as base_sha when writing).',
+    description:
+      'A page by id or path (space/folder/page.md): markdown redacted to your ceiling, with state and commit_sha (pass it as base_sha when writing); with section, only that section. Prefer it to fetch.',
     schema: z.strictObject({
       id: PageRef.optional(),
       node_id: PageRef.optional().describe('Alias of id'),
@@ -93,7 +104,11 @@ export const SPEC_TOOLS: ToolDef[] = [
     }),
     grants: ['read'],
     readOnly: true,
-    run: async (a, { ctx, p }) => pageToolView(await readPage(ctx, p, pageRef(a, 'id, node_id or path'), { section: a.section })),
+    output: out({ id: J.str, path: J.str, commit_sha: J.str }),
+    run: async (a, { ctx, p }) => {
+      const r = await readPage(ctx, p, pageRef(a, 'id, node_id or path'), { section: a.section });
+      return readToolView(r, a.section);
+    },
   }),
   tool({
     name: 'context_tree',
@@ -119,6 +134,7 @@ export const SPEC_TOOLS: ToolDef[] = [
     schema: z.strictObject({ id: PageRef.optional(), node_id: PageRef.optional().describe('Alias of id') }),
     grants: ['read'],
     readOnly: true,
+    output: out({ links: J.arr, backlinks: J.arr }),
     run: async (a, { ctx, p }) => relatedPages(ctx, p, pageRef(a, 'id or node_id')),
   }),
   tool({
@@ -135,6 +151,7 @@ export const SPEC_TOOLS: ToolDef[] = [
     }),
     grants: ['propose'],
     readOnly: false,
+    output: out({ proposal: J.obj }),
     run: async (a, { ctx, p }) => {
       const ref = pageRef(a, 'path or id');
       const exactlyOne = badRequest('Send exactly one of content or patch');
@@ -155,7 +172,7 @@ export const SPEC_TOOLS: ToolDef[] = [
   tool({
     name: 'context_write',
     description:
-      'Commit full markdown (frontmatter included) to a path, creating or replacing the page. Pass base_sha (content_hash or commit_sha you read): concurrent edits then merge, or become a proposal.',
+      'Commit full markdown (frontmatter included) to a path like space/folder/page.md, creating or replacing the page; a Space or folder that does not exist yet is created with it. Pass base_sha (the commit_sha you read): concurrent edits then merge, or become a proposal. Without write use context_propose.',
     schema: z.strictObject({
       path: z.string().min(1).max(PATH_MAX_CHARS),
       content: z.string().min(1),
@@ -165,6 +182,7 @@ export const SPEC_TOOLS: ToolDef[] = [
     grants: ['write'],
     readOnly: false,
     forbiddenHint: 'use context_propose',
+    output: out({ id: J.str, path: J.str, commit_sha: J.str }),
     run: async (a, { ctx, p }) => writeToolView(await writePageAt(ctx, p, { path: a.path, content: a.content, baseSha: a.base_sha, message: a.message })),
   }),
   tool({
@@ -177,7 +195,7 @@ export const SPEC_TOOLS: ToolDef[] = [
   }),
   tool({
     name: 'context_archive',
-    description: 'Archive a page (id) or every page of a folder (cluster_path space/folder). Without write it becomes a proposal.',
+    description: 'Archive a page (id) or every page of a folder (cluster_path space/folder). Without write it becomes a proposal (result: proposed: true).',
     schema: z.strictObject({
       id: PageRef.optional(),
       node_id: PageRef.optional().describe('Alias of id'),
@@ -191,7 +209,7 @@ export const SPEC_TOOLS: ToolDef[] = [
         if (a.id !== undefined || a.node_id !== undefined) throw badRequest('Send either id/node_id or cluster_path');
         return changeFolderState(ctx, p, a.cluster_path, 'archive', a.reason);
       }
-      return landedOrProposed(await archivePage(ctx, p, pageRef(a, 'id, node_id or cluster_path'), a.reason), 'Archiving');
+      return landedOrProposed(await archivePage(ctx, p, pageRef(a, 'id, node_id or cluster_path'), a.reason));
     },
   }),
   tool({
@@ -209,7 +227,7 @@ export const SPEC_TOOLS: ToolDef[] = [
         if (a.id !== undefined || a.node_id !== undefined) throw badRequest('Send either id/node_id or cluster_path');
         return changeFolderState(ctx, p, a.cluster_path, 'restore');
       }
-      return landedOrProposed(await restorePage(ctx, p, pageRef(a, 'id, node_id or cluster_path')), 'Restoring');
+      return landedOrProposed(await restorePage(ctx, p, pageRef(a, 'id, node_id or cluster_path')));
     },
   }),
   tool({
@@ -224,6 +242,7 @@ export const SPEC_TOOLS: ToolDef[] = [
     }),
     grants: ['collab'],
     readOnly: false,
+    output: out({ id: J.str }),
     run: async (a, { ctx, p }) => {
       if (a.body.trim() === '') throw badRequest('The body must not be blank');
       return postToolView(await postMessage(ctx, p, a.node, { body: a.body, kind: a.kind, reply_to: a.reply_to, mentions: a.mentions ?? [] }));
@@ -231,7 +250,8 @@ export const SPEC_TOOLS: ToolDef[] = [
   }),
   tool({
     name: 'collab_inbox',
-    description: 'Your events (mentions, replies, proposals, conflicts), unread first; unread ones returned become read. wait_s long-polls.',
+    description:
+      'Your events (mentions, replies, proposals, conflicts), unread first; returned ones become read, and read ones keep coming back until you collab_ack them. wait_s long-polls.',
     schema: z.strictObject({
       after: inboxAfter(z.number()),
       wait_s: z.number().int().min(0).max(INBOX_MAX_WAIT_MCP_S).default(0),
@@ -239,7 +259,9 @@ export const SPEC_TOOLS: ToolDef[] = [
     }),
     grants: [],
     readOnly: true,
-    run: async (a, { ctx, p, signal }) => listInboxUnreadFirst(ctx, p, { after: a.after, limit: a.limit, waitMs: a.wait_s * 1000, signal }),
+    output: out({ events: J.arr, next_after: J.int }),
+    run: async (a, { ctx, p, signal }) =>
+      inboxToolView(await listInboxUnreadFirst(ctx, p, { after: a.after, limit: a.limit, waitMs: a.wait_s * 1000, signal })),
   }),
   tool({
     name: 'collab_ack',
@@ -250,6 +272,7 @@ export const SPEC_TOOLS: ToolDef[] = [
     }),
     grants: [],
     readOnly: false,
+    output: out({ done: J.int }),
     run: async (a, { ctx, p }) => ackInbox(ctx, p, { up_to: a.up_to, seqs: a.seqs }),
   }),
   tool({
@@ -258,23 +281,26 @@ export const SPEC_TOOLS: ToolDef[] = [
     schema: z.strictObject({}),
     grants: [],
     readOnly: true,
+    output: out({ id: J.str, grants: J.arr }),
     run: async (_a, { ctx, p }) => whoamiToolView(await describeCaller(ctx, p), await listPrincipals(ctx, p)),
   }),
   tool({
     name: 'search',
-    description: 'Search pages; one result per page with id, title and url. Use fetch with the id for the text.',
+    description: 'Connector search (for clients expecting search/fetch): id, title and url per page; fetch gives the text. Agents: prefer context_search.',
     schema: z.strictObject({ query: QueryText.min(1) }),
     grants: ['search'],
     readOnly: true,
+    output: out({ results: J.arr }),
     run: async (a, { ctx, p }) =>
       searchConnectorView(ctx.config.publicUrl, await searchPages(ctx, p, { q: a.query, mode: 'hybrid', limit: SEARCH_DEFAULT_LIMIT, includeArchived: false })),
   }),
   tool({
     name: 'fetch',
-    description: 'Full text of a page by the id search returned, redacted to your ceiling.',
+    description: 'Connector fetch: full text of a page by the id search returned, redacted to your ceiling. Agents: prefer context_get.',
     schema: z.strictObject({ id: PageRef }),
     grants: ['read'],
     readOnly: true,
+    output: out({ id: J.str, text: J.str }),
     run: async (a, { ctx, p }) => fetchToolView(ctx.config.publicUrl, await readPage(ctx, p, a.id)),
   }),
 ];

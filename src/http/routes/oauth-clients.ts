@@ -1,0 +1,53 @@
+import type { FastifyInstance } from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { listConnections, revokeConnection } from '../../auth/oauth/tokens.js';
+import type { CoreContext } from '../../core/context.js';
+import { caller } from '../shared/caller.js';
+import { errors } from '../shared/schemas.js';
+
+const ConnectionSchema = z.object({
+  id: z.string().describe('The connection (one consent); DELETE it to disconnect'),
+  client_id: z.string(),
+  client_name: z.string(),
+  redirect_hosts: z.array(z.string()),
+  resource: z.string().describe('The MCP endpoint its tokens are bound to'),
+  created_at: z.string(),
+  last_used_at: z.string().nullable(),
+});
+
+/** The applications a person connected over OAuth (issue 14), in the current workspace. */
+export async function oauthClientRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
+  const r = app.withTypeProvider<ZodTypeProvider>();
+  const session = { config: { auth: 'session' as const } };
+
+  r.get(
+    '/me/oauth-clients',
+    {
+      ...session,
+      schema: {
+        tags: ['identity'],
+        summary: 'Applications you connected over OAuth in this workspace',
+        response: { 200: z.object({ clients: z.array(ConnectionSchema) }), ...errors(401, 403) },
+      },
+    },
+    async (req) => ({ clients: await listConnections(ctx, caller(req)) }),
+  );
+
+  r.delete(
+    '/me/oauth-clients/:id',
+    {
+      ...session,
+      schema: {
+        tags: ['identity'],
+        summary: 'Disconnect an application: every token of that connection stops working at once',
+        params: z.object({ id: z.string().min(1).max(100) }),
+        response: { 200: z.object({ id: z.string(), revoked: z.literal(true) }), ...errors(401, 403, 404) },
+      },
+    },
+    async (req) => {
+      await revokeConnection(ctx, caller(req), req.params.id);
+      return { id: req.params.id, revoked: true as const };
+    },
+  );
+}
