@@ -30,6 +30,7 @@ const schema = z.object({
   OAUTH_ACCESS_TOKEN_TTL_S: z.coerce.number().int().min(60).max(86400).default(3600),
   OAUTH_REFRESH_TOKEN_TTL_S: z.coerce.number().int().min(300).max(31536000).default(2592000),
   OAUTH_REDIRECT_ALLOWLIST: z.string().optional(),
+  OAUTH_CIMD_ALLOW_LOOPBACK: z.enum(['on', 'off']).default('off'),
   EMBEDDINGS: z.enum(['builtin', 'openai']).default('builtin'),
   EMBEDDINGS_URL: z.string().url().optional(),
   EMBEDDINGS_MODEL: z.string().min(1).max(200).optional(),
@@ -70,6 +71,8 @@ export interface OAuthConfig {
    * origin (`https://claude.ai`) or a URL prefix (`https://app.example.com/callback`).
    */
   redirectAllowlist: string[];
+  /** Development only: client metadata documents may be fetched from loopback addresses, over http. */
+  cimdAllowLoopback: boolean;
 }
 
 /** EMBEDDINGS=builtin (default: no network, no weights) or openai (an OpenAI-compatible /v1/embeddings server). */
@@ -168,6 +171,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       accessTokenTtlS: c.OAUTH_ACCESS_TOKEN_TTL_S,
       refreshTokenTtlS: c.OAUTH_REFRESH_TOKEN_TTL_S,
       redirectAllowlist: parseRedirectAllowlist(c.OAUTH_REDIRECT_ALLOWLIST),
+      cimdAllowLoopback: c.OAUTH_CIMD_ALLOW_LOOPBACK === 'on',
     },
     embeddings: {
       provider: c.EMBEDDINGS,

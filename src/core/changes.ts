@@ -6,6 +6,7 @@ import { assertUsableScope } from '../retrieval/scope.js';
 import type { Executor } from '../store/db.js';
 import type { CoreContext } from './context.js';
 import { badRequest } from './errors.js';
+import { SEQ_MAX } from './ids.js';
 
 /**
  * What changed in a scope since a cursor (issue 13, beyond the spec): the page versions
@@ -71,7 +72,9 @@ function decodeCursor(cursor: string): Position {
       'invalid_cursor',
     );
   }
-  return { seq: Number(m[1]), pageId: m[2] ?? '' };
+  const seq = Number(m[1]);
+  if (seq > SEQ_MAX) throw badRequest('since is not a cursor this feed returned: send `next` of your previous call as given', 'invalid_cursor');
+  return { seq, pageId: m[2] ?? '' };
 }
 
 /** A Space (`eng`) or folder (`eng/ops`) filter on a path, on segment boundaries. */

@@ -12,3 +12,6 @@ export const newId = {
 export function nowIso(now: Date = new Date()): string {
   return now.toISOString();
 }
+
+/** Sequence numbers (commits, inbox events, thread messages) are 32-bit integers in the database: inputs naming one stay within. */
+export const SEQ_MAX = 2_147_483_647;

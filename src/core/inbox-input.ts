@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { SEQ_MAX } from './ids.js';
 import { ACK_MAX_SEQS, INBOX_DEFAULT_LIMIT, INBOX_MAX_LIMIT } from './inbox.js';
 
 /**
@@ -11,7 +12,7 @@ import { ACK_MAX_SEQS, INBOX_DEFAULT_LIMIT, INBOX_MAX_LIMIT } from './inbox.js';
 
 /** Only events after this seq. */
 export function inboxAfter<N extends z.ZodNumber | z.ZodCoercedNumber>(base: N) {
-  return base.int().min(0).default(0).describe('Only events with a greater seq');
+  return base.int().min(0).max(SEQ_MAX).default(0).describe('Only events with a greater seq');
 }
 
 /** How many events at most. */
@@ -20,6 +21,6 @@ export function inboxLimit<N extends z.ZodNumber | z.ZodCoercedNumber>(base: N) 
 }
 
 /** Ack every event with seq ≤ up_to. */
-export const AckUpTo = z.number().int().min(0);
+export const AckUpTo = z.number().int().min(0).max(SEQ_MAX);
 /** Ack exactly these events. */
-export const AckSeqs = z.array(z.number().int().min(1)).max(ACK_MAX_SEQS);
+export const AckSeqs = z.array(z.number().int().min(1).max(SEQ_MAX)).max(ACK_MAX_SEQS);

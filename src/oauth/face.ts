@@ -2,6 +2,7 @@ import fastifyFormbody from '@fastify/formbody';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { AUTH_METHODS, authenticateClient, basicCredentials, clientName, registerClient, type ClientCredentials } from '../auth/oauth/clients.js';
 import { approve, checkAuthorizeRequest, deny, mayConsent, OAUTH_SCOPE, type AuthorizeRequest } from '../auth/oauth/consent.js';
+import { metadataDocumentHost } from '../auth/oauth/metadata-document.js';
 import { mcpResourceForPath, mcpResourceUrl } from '../auth/oauth/resource.js';
 import { exchangeCode, refreshTokens, revokeToken } from '../auth/oauth/tokens.js';
 import { describeCaller, currentWorkspaceName } from '../core/identity.js';
@@ -145,6 +146,8 @@ export async function oauthFace(face: FastifyInstance): Promise<void> {
     const view = {
       clientName: clientName(r.client),
       clientId: r.client.id,
+      // A metadata-document client: its host is what the person can trust, not the name it gives.
+      clientFrom: metadataDocumentHost(r.client.id),
       redirectHost: new URL(r.redirectUri).host,
       workspaceName: await currentWorkspaceName(ctx, p),
       workspaceSlug: p.workspaceSlug,
@@ -169,7 +172,7 @@ export async function oauthFace(face: FastifyInstance): Promise<void> {
     };
     if (!wantsHtml(req) && wantsJson(req)) {
       return sendJson(reply.header('cache-control', 'no-store'), {
-        client: { id: view.clientId, name: view.clientName, redirect_host: view.redirectHost },
+        client: { id: view.clientId, name: view.clientName, redirect_host: view.redirectHost, ...(view.clientFrom ? { from_host: view.clientFrom } : {}) },
         workspace: { id: p.workspaceId, slug: view.workspaceSlug, name: view.workspaceName },
         resource: view.resource,
         scope: r.scope,
@@ -219,6 +222,8 @@ function authorizationServerMetadata(publicUrl: string): Record<string, unknown>
     revocation_endpoint_auth_methods_supported: [...AUTH_METHODS],
     scopes_supported: [OAUTH_SCOPE],
     authorization_response_iss_parameter_supported: true,
+    // A client_id may be the https URL of the client's metadata document (src/auth/oauth/metadata-document.ts).
+    client_id_metadata_document_supported: true,
   };
 }
 

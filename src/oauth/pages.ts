@@ -8,6 +8,8 @@ import { html, type SafeHtml } from '../http/shared/html.js';
 export interface ConsentView {
   clientName: string;
   clientId: string;
+  /** The host of a metadata-document client's URL: the page says "client from <host>". */
+  clientFrom: string | null;
   redirectHost: string;
   workspaceName: string;
   workspaceSlug: string;
@@ -45,7 +47,7 @@ ${pick ? workspacePicker(v) : ''}
 ${buttons}
 </form>`;
   const facts = html`<p class="label">Application</p>
-<p><strong>${v.clientName}</strong><br><span class="muted">client <code>${v.clientId}</code>, returns you to <code>${v.redirectHost}</code></span></p>
+<p><strong>${v.clientName}</strong><br><span class="muted">${v.clientFrom ? html`client from <strong>${v.clientFrom}</strong> (<code>${v.clientId}</code>)` : html`client <code>${v.clientId}</code>`}, returns you to <code>${v.redirectHost}</code></span></p>
 ${
   v.choices.length > 1 && !v.refusal
     ? ''

@@ -1,7 +1,7 @@
 import { forbidden, ServiceError } from '../errors/index.js';
 import { ceilingFor, hasStepUp, scopeCovers, visibleUnder } from './access.js';
 import type { Principal } from './principal.js';
-import { atOrBelow, isLevel, type Level } from './sensitivity.js';
+import { atOrBelow, isLevel, minLevel, type Level } from './sensitivity.js';
 
 /** The parts of a page (or of one version of it) that access decisions look at. */
 export interface PageFacts {
@@ -64,7 +64,8 @@ export function blockVisibility(p: Principal, path: string): (l: Level) => boole
 /**
  * May the caller write `next` at its path, replacing `current` (null for a new page)?
  * Needs the write grant over the path, a ceiling at or above what it writes, and — since
- * a caller may not overwrite what it cannot see — at or above what it replaces.
+ * a caller may not overwrite what it cannot see — write and read ceilings (when it reads
+ * there at all) at or above what it replaces.
  */
 export function decideWrite(p: Principal, current: PageFacts | null, next: PageFacts): Decision {
   const ceiling = ceilingFor(p, 'write', next.path);
@@ -79,7 +80,11 @@ export function decideWrite(p: Principal, current: PageFacts | null, next: PageF
     if (current.path !== next.path && ceilingFor(p, 'write', current.path) === null) {
       return deny(`No write grant covers ${current.path}`);
     }
-    const curCeiling = ceilingFor(p, 'write', current.path) ?? 'public';
+    // What it may see of the page it replaces: an agent that writes above the level it reads
+    // would otherwise erase blocks shown to it as [redacted] by writing back what it read.
+    const writeCeiling = ceilingFor(p, 'write', current.path) ?? 'public';
+    const readCeiling = ceilingFor(p, 'read', current.path);
+    const curCeiling = readCeiling === null ? writeCeiling : minLevel(writeCeiling, readCeiling);
     const curSens = level(current.sensitivity) ?? 'secret';
     const curBlock = level(current.blockLevel);
     if (!atOrBelow(curSens, curCeiling) || (curBlock && !atOrBelow(curBlock, curCeiling))) {

@@ -82,7 +82,7 @@ describe.each(testEngines())('REST errors that say what to do next (%s)', (engin
     expect(h.body.error.message).toBe('Page hush/only not found');
   });
 
-  it('PUT with a stale base that clashes: 409 with the proposal and current as before, plus hunks and next_step', async () => {
+  it('PUT with a stale base that clashes: 409 with the proposal and current as before, plus hunks and next_step; a writer who cannot see the head is refused', async () => {
     const v1 = await create('eng/plan.md', '# Plan\n\nMonday.\n\nTail.\n');
     const v2 = await owner.put(`/api/v1/nodes/${v1.id}`, { content: '# Plan\n\nTuesday.\n\nTail.\n' });
     expect(v2.status).toBe(200);
@@ -94,12 +94,14 @@ describe.each(testEngines())('REST errors that say what to do next (%s)', (engin
     expect(c.body.next_step).toContain(`write with base_sha ${v2.body.commit_sha}`);
     expect(c.body.error.message).toContain(`head is now commit ${v2.body.commit_sha}`);
 
-    // A writer who cannot read the head whole sees [redacted] for its side.
+    // A writer who cannot read the head whole may not replace it at all (it cannot overwrite what
+    // it cannot see), so no conflict, no hunk and nothing of the hidden block reach it.
     const w1 = await create('eng/split.md', '# Split\n\nLine one.\n\nLine two.\n');
-    expect((await owner.put(`/api/v1/nodes/${w1.id}`, { content: '# Split\n\n::: confidential\nHIDDENWORD\n:::\n\nLine two.\n' })).status).toBe(200);
+    const hidden = await owner.put(`/api/v1/nodes/${w1.id}`, { content: '# Split\n\n::: confidential\nHIDDENWORD\n:::\n\nLine two.\n' });
+    expect(hidden.status).toBe(200);
     const r = await writer.put(`/api/v1/nodes/${w1.id}`, { content: '# Split\n\nLine one, mine.\n\nLine two.\n', base_sha: w1.commit_sha });
-    expectError(r, 409, 'conflict');
+    expectError(r, 403, 'forbidden');
     expect(r.text).not.toContain('HIDDENWORD');
-    expect(r.body.hunks[0]).toEqual({ where: 'body', yours: 'Line one, mine.', current: '[redacted]' });
+    expect((await owner.get(`/api/v1/nodes/${w1.id}`)).body.commit_sha).toBe(hidden.body.commit_sha);
   });
 });

@@ -4,7 +4,7 @@ import { encode } from 'gpt-tokenizer/encoding/o200k_base';
 import { testEngines } from '../support/engines.js';
 import { waitForVectors } from '../support/embeddings-server.js';
 import { createAgentWithKey, joinAs, signupHuman, startTestServer, type Client, type TestServer } from '../support/server.js';
-import { call, connectMcp, type ToolOutcome } from './support.js';
+import { call, connectMcp, SPEC_16, type ToolOutcome } from './support.js';
 
 /**
  * Issue 13, "Tests": one scripted session, in order, as two agents and a person would work it
@@ -16,24 +16,6 @@ import { call, connectMcp, type ToolOutcome } from './support.js';
  * ceiling on the session's total, so a change that bloats results fails here.
  */
 
-const SPEC_16 = [
-  'context_bundle',
-  'context_search',
-  'context_get',
-  'context_tree',
-  'context_related',
-  'context_propose',
-  'context_write',
-  'context_log',
-  'context_archive',
-  'context_restore',
-  'collab_post',
-  'collab_inbox',
-  'collab_ack',
-  'context_whoami',
-  'search',
-  'fetch',
-];
 /** Beyond the spec, granted by an action (a caller without it is refused). */
 const EXTENDED_GRANTED = [
   'context_append',

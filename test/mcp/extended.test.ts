@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Client as McpClient } from '@modelcontextprotocol/sdk/client/index.js';
 import { testEngines } from '../support/engines.js';
 import { createAgentWithKey, signupHuman, startTestServer, type Client, type TestServer } from '../support/server.js';
-import { call, connectMcp, fails, ok } from './support.js';
+import { call, connectMcp, fails, ok, SPEC_16 } from './support.js';
 
 /**
  * The opt-in extended toolset (issue 13, beyond the spec), driven through the official SDK
@@ -12,24 +12,6 @@ import { call, connectMcp, fails, ok } from './support.js';
  * proposals and withdrawing one; move. Hidden pages never show, bad inputs answer clear errors.
  */
 
-const SPEC_16 = [
-  'context_bundle',
-  'context_search',
-  'context_get',
-  'context_tree',
-  'context_related',
-  'context_propose',
-  'context_write',
-  'context_log',
-  'context_archive',
-  'context_restore',
-  'collab_post',
-  'collab_inbox',
-  'collab_ack',
-  'context_whoami',
-  'search',
-  'fetch',
-];
 const EXTENDED_READ_ONLY = ['context_changes', 'context_history', 'context_diff', 'context_get_at', 'collab_thread', 'context_proposals'];
 const EXTENDED_WRITING = ['context_append', 'context_replace_section', 'context_patch', 'context_move', 'context_withdraw'];
 const EXT = '/mcp?toolset=extended';

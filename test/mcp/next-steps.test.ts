@@ -198,7 +198,7 @@ describe.each(testEngines())('MCP errors that say what to do next (%s)', (engine
       await ok(scribe, 'context_write', { path: 'eng/plan.md', content: '# Plan\n\nShip on Friday.\n\nOther line.\n', base_sha: v2.commit_sha });
     });
 
-    it('redacts the current side of the hunk to the caller', async () => {
+    it('a writer who cannot read the head whole is refused before any hunk is shown', async () => {
       const v1 = await ok(scribe, 'context_write', { path: 'eng/split.md', content: '# Split\n\nLine one.\n\nLine two.\n' });
       // The head now holds a confidential block where the splitter will write.
       await ok(scribe, 'context_write', {
@@ -206,15 +206,16 @@ describe.each(testEngines())('MCP errors that say what to do next (%s)', (engine
         content: '# Split\n\n::: confidential\nHIDDENWORD lives here.\n:::\n\nLine two.\n',
         base_sha: v1.commit_sha,
       });
+      // It reads at internal and writes at confidential: writing over a block it sees as
+      // [redacted] would erase it (issue 13 attack), so the write is refused outright.
       const t = await fails(
         splitter,
         'context_write',
         { path: 'eng/split.md', content: '# Split\n\nLine one, edited.\n\nLine two.\n', base_sha: v1.commit_sha },
-        'conflict',
+        'forbidden',
       );
       expect(t).not.toContain('HIDDENWORD');
-      expect(t).toContain('now "[redacted]"');
-      expect(t).toContain('yours "Line one, edited."');
+      expect(t).toContain('you cannot overwrite what you cannot see');
     });
   });
 

@@ -46,3 +46,23 @@ export async function fails(client: McpClient, name: string, args: Record<string
   expect(r.text).toMatch(new RegExp(`^${code}: \\S`));
   return r.text;
 }
+
+/** The spec's 16 tools (its table, in its order): what tools/list on /mcp must hold, exactly. */
+export const SPEC_16 = [
+  'context_bundle',
+  'context_search',
+  'context_get',
+  'context_tree',
+  'context_related',
+  'context_propose',
+  'context_write',
+  'context_log',
+  'context_archive',
+  'context_restore',
+  'collab_post',
+  'collab_inbox',
+  'collab_ack',
+  'context_whoami',
+  'search',
+  'fetch',
+];

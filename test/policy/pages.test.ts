@@ -220,6 +220,19 @@ describe('decideWrite: write over the path, at or above what it writes and what 
       expected: ALLOW,
     },
     {
+      // Issue 13 attack: it read the page with the block as [redacted]; writing that back would erase it.
+      name: 'agent reading eng@internal, writing eng@confidential, may not overwrite a confidential block',
+      actor: agent([g('read', 'eng', 'internal'), g('write', 'eng', 'confidential')]),
+      input: { current: page('eng/a.md', 'internal', 'confidential'), next: page('eng/a.md', 'internal') },
+      expected: UNSEEN,
+    },
+    {
+      name: 'agent reading and writing eng@confidential overwrites a confidential block',
+      actor: agent([g('read', 'eng', 'confidential'), g('write', 'eng', 'confidential')]),
+      input: { current: page('eng/a.md', 'internal', 'confidential'), next: page('eng/a.md', 'internal') },
+      expected: ALLOW,
+    },
+    {
       name: 'agent write eng does not cover engineering/a.md',
       actor: agent([g('write', 'eng', 'confidential')]),
       input: { current: null, next: page('engineering/a.md', 'public') },

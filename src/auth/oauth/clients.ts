@@ -4,6 +4,8 @@ import { nowIso } from '../../core/ids.js';
 import { ServiceError } from '../../errors/index.js';
 import type { OAuthClientsTable } from '../../store/schema.js';
 import { hashSecret, newSecret, safeEqual } from '../secrets.js';
+import { ClientName, MAX_REDIRECT_URIS } from './client-metadata.js';
+import { isMetadataDocumentId, MetadataDocumentError, resolveMetadataDocumentClient } from './metadata-document.js';
 import { redirectUriProblem } from './redirect.js';
 
 /**
@@ -14,7 +16,6 @@ import { redirectUriProblem } from './redirect.js';
 
 /** A registration no person consented to within a day is forgotten (anyone may register). */
 export const UNUSED_CLIENT_TTL_MS = 24 * 60 * 60 * 1000;
-export const MAX_REDIRECT_URIS = 10;
 const URL_MAX = 2000;
 
 export const AUTH_METHODS = ['none', 'client_secret_basic', 'client_secret_post'] as const;
@@ -27,13 +28,7 @@ const Metadata = z.object({
   token_endpoint_auth_method: z.enum(AUTH_METHODS).default('client_secret_basic'),
   grant_types: z.array(z.enum(GRANT_TYPES)).min(1).default(['authorization_code', 'refresh_token']),
   response_types: z.array(z.literal('code')).min(1).default(['code']),
-  // Shown on the consent page: no control or bidi-override characters that could disguise it.
-  client_name: z
-    .string()
-    .trim()
-    .max(200)
-    .refine((v) => !/[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/.test(v), 'must not hold control or bidi characters')
-    .optional(),
+  client_name: ClientName,
   client_uri: z.string().max(URL_MAX).optional(),
   scope: z.string().max(200).optional(),
   software_id: z.string().max(200).optional(),
@@ -41,6 +36,7 @@ const Metadata = z.object({
 });
 
 export type ClientRecord = OAuthClientsTable;
+export { MAX_REDIRECT_URIS };
 
 const metadataError = (message: string) => new ServiceError(400, 'invalid_client_metadata', message);
 
@@ -109,8 +105,13 @@ async function forgetUnusedClients(ctx: CoreContext, now: Date): Promise<void> {
     .execute();
 }
 
-/** A registered client that is still valid (used, or registered within the day), or null. */
+/**
+ * A registered client that is still valid (used, or registered within the day), or null. A
+ * client_id that is a URL is resolved from its metadata document (metadata-document.ts), every
+ * time (from the cache): a refused document throws MetadataDocumentError with the reason.
+ */
 export async function findClient(ctx: CoreContext, id: string | undefined): Promise<ClientRecord | null> {
+  if (id && isMetadataDocumentId(id)) return resolveMetadataDocumentClient(ctx, id);
   if (!id || id.length > 200) return null;
   const row = await ctx.store.db.selectFrom('oauth_clients').selectAll().where('id', '=', id).executeTakeFirst();
   if (!row) return null;
@@ -161,7 +162,13 @@ export async function authenticateClient(ctx: CoreContext, c: ClientCredentials)
   if (c.basic && c.bodyId !== undefined && c.bodyId !== c.basic.id) throw invalidClient('client_id in the body differs from the Basic credentials');
   const id = c.basic?.id ?? c.bodyId;
   if (!id) throw invalidClient('Send client_id (or Basic client credentials)');
-  const client = await findClient(ctx, id);
+  let client: ClientRecord | null;
+  try {
+    client = await findClient(ctx, id);
+  } catch (e) {
+    if (e instanceof MetadataDocumentError) throw invalidClient(`The client's metadata document was refused: ${e.message}`);
+    throw e;
+  }
   if (!client) throw invalidClient('Unknown client_id');
   if (client.auth_method === 'none') {
     if (c.basic || c.bodySecret !== undefined) throw invalidClient('This client is public (token_endpoint_auth_method none): send no secret');

@@ -7,6 +7,7 @@ import type { Principal } from '../../policy/principal.js';
 import { inTransaction } from '../../store/tx.js';
 import { hashSecret, newSecret } from '../secrets.js';
 import { type ClientRecord, findClient, redirectUrisOf } from './clients.js';
+import { isMetadataDocumentId, MetadataDocumentError } from './metadata-document.js';
 import { type McpResource, parseMcpResource } from './resource.js';
 
 /**
@@ -52,7 +53,13 @@ export async function checkAuthorizeRequest(ctx: CoreContext, raw: Record<string
     if (Array.isArray(v)) throw new ServiceError(400, 'invalid_request', `The parameter ${k} is repeated`);
     if (typeof v === 'string') params[k] = v;
   }
-  const client = await findClient(ctx, params.client_id);
+  let client: ClientRecord | null;
+  try {
+    client = await findClient(ctx, params.client_id);
+  } catch (e) {
+    if (!(e instanceof MetadataDocumentError)) throw e;
+    throw new ServiceError(400, 'invalid_request', `This application's client metadata document (${params.client_id}) was refused: ${e.message}`);
+  }
   if (!client)
     throw new ServiceError(
       400,
@@ -113,6 +120,17 @@ export async function approve(ctx: CoreContext, p: Principal, req: AuthorizeRequ
   const now = new Date();
   const grantId = `og_${newSecret('').slice(0, 26)}`;
   await inTransaction(ctx.store, p.workspaceId, async (trx) => {
+    if (isMetadataDocumentId(req.client.id)) {
+      // A metadata-document client has no registration: its row (which grants reference) is
+      // written at consent, refreshed from the document each time.
+      const c = req.client;
+      const row = { name: c.name, redirect_uris: c.redirect_uris, auth_method: c.auth_method, metadata: c.metadata, used_at: nowIso(now) };
+      await trx
+        .insertInto('oauth_clients')
+        .values({ id: c.id, secret_hash: null, created_at: nowIso(now), ...row })
+        .onConflict((oc) => oc.column('id').doUpdateSet(row))
+        .execute();
+    }
     const ws = await trx.selectFrom('workspaces').select('token_epoch').where('id', '=', p.workspaceId).executeTakeFirstOrThrow();
     await trx
       .insertInto('oauth_grants')

@@ -9,6 +9,7 @@ import { inTransaction } from '../../store/tx.js';
 import { hashSecret, newSecret } from '../secrets.js';
 import type { ClientRecord } from './clients.js';
 import { pkceMatches, VERIFIER_RE } from './consent.js';
+import { metadataDocumentHost } from './metadata-document.js';
 import { parseMcpResource } from './resource.js';
 
 /**
@@ -332,6 +333,8 @@ export interface Connection {
   id: string;
   client_id: string;
   client_name: string;
+  /** For a client identified by its metadata document URL: that URL's host (else null). */
+  client_from: string | null;
   redirect_hosts: string[];
   resource: string;
   created_at: string;
@@ -367,6 +370,7 @@ export async function listConnections(ctx: CoreContext, p: Principal): Promise<C
     id: r.id,
     client_id: r.client_id,
     client_name: r.name || r.client_id,
+    client_from: metadataDocumentHost(r.client_id),
     redirect_hosts: [...new Set((JSON.parse(r.redirect_uris) as string[]).map((u) => new URL(u).host))],
     resource: r.resource,
     created_at: r.created_at,

@@ -234,7 +234,8 @@ async function writeUpdate(
     // Issue 13: the head, the clashing lines (redacted to the caller) and the next step.
     throw conflict(conflictMessage(current.commit_sha, hunks, clashes, proposal.id), 'conflict', {
       proposal: presentProposal(p, proposal),
-      current: { content_hash: current.content_hash, commit_sha: current.commit_sha },
+      // The head's validator as this caller sees it (a redacted view's `r-…`, never the blob sha of hidden text).
+      current: { content_hash: presentPage(p, current).content_hash, commit_sha: current.commit_sha },
       hunks,
       next_step: conflictNextStep(current.commit_sha, proposal.id),
     });

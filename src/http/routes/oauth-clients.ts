@@ -10,6 +10,7 @@ const ConnectionSchema = z.object({
   id: z.string().describe('The connection (one consent); DELETE it to disconnect'),
   client_id: z.string(),
   client_name: z.string(),
+  client_from: z.string().nullable().describe("For a client identified by its metadata document URL: that URL's host, which is what vouches for it"),
   redirect_hosts: z.array(z.string()),
   resource: z.string().describe('The MCP endpoint its tokens are bound to'),
   created_at: z.string(),

@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
-import { MessageBody, MessageId, MessageKind, mentionList } from '../../core/thread-input.js';
+import { MessageBody, MessageId, MessageKind, mentionList, threadAfter } from '../../core/thread-input.js';
 import { getThread, markThreadRead, postMessage, THREAD_KINDS, unlockThread } from '../../core/threads.js';
 import { caller } from '../shared/caller.js';
 import { PageRefParams } from '../schemas.js';
@@ -54,7 +54,7 @@ export async function threadRoutes(app: FastifyInstance, ctx: CoreContext): Prom
         summary: "The page's thread: messages in order and its state (read access to the page)",
         params: PageRefParams,
         querystring: z.object({
-          after: z.coerce.number().int().min(0).default(0).describe('Only messages with a greater seq'),
+          after: threadAfter(z.coerce.number()).describe('Only messages with a greater seq'),
           limit: z.coerce.number().int().min(1).max(500).default(200),
         }),
         response: {

@@ -3,6 +3,7 @@ import { PageRef } from '../../core/pages/input.js';
 import { ProposalReason } from '../../core/proposals/input.js';
 import { listProposals, PROPOSAL_STATUSES, withdrawProposal } from '../../core/proposals/service.js';
 import { getThread } from '../../core/threads.js';
+import { threadAfter } from '../../core/thread-input.js';
 import { proposalStatusView } from '../../presenters/extended.js';
 import { tool, type ToolDef } from './define.js';
 
@@ -18,7 +19,7 @@ export const EXTENDED_COLLAB_TOOLS: ToolDef[] = [
     description: "A page's thread: messages in order (after a seq, to page on), whether it is locked, and your unread count.",
     schema: z.strictObject({
       node: PageRef.describe('Page id or path'),
-      after: z.number().int().min(0).default(0).describe('Only messages with a greater seq (next_after of the previous call)'),
+      after: threadAfter(z.number()).describe('Only messages with a greater seq (next_after of the previous call)'),
       limit: z.number().int().min(1).max(500).default(50),
     }),
     grants: ['read'],
