@@ -25,6 +25,9 @@ const Ref = {
 const REF_NAMES = 'id, node_id or path';
 const BaseSha = Sha.optional().describe('commit_sha or content_hash you read: edits by others since are merged, a clash becomes a proposal');
 const PROPOSE_HINT = 'without write, use context_propose (it takes a patch too)';
+/** The two kinds of tool here: edits (write grant; without it, point to context_propose) and reads. */
+const WRITES = { grants: ['write'], readOnly: false, forbiddenHint: PROPOSE_HINT } as const satisfies Partial<ToolDef>;
+const READS = { grants: ['read'], readOnly: true } as const satisfies Partial<ToolDef>;
 
 export const EXTENDED_PAGE_TOOLS: ToolDef[] = [
   tool({
@@ -38,9 +41,7 @@ export const EXTENDED_PAGE_TOOLS: ToolDef[] = [
       base_sha: BaseSha,
       message: CommitMessage,
     }),
-    grants: ['write'],
-    readOnly: false,
-    forbiddenHint: PROPOSE_HINT,
+    ...WRITES,
     run: async (a, { ctx, p }) =>
       editToolView(await editPage(ctx, p, pageRef(a, REF_NAMES), { kind: 'append', text: a.text, section: a.section }, { baseSha: a.base_sha }, a.message)),
   }),
@@ -55,9 +56,7 @@ export const EXTENDED_PAGE_TOOLS: ToolDef[] = [
       base_sha: BaseSha,
       message: CommitMessage,
     }),
-    grants: ['write'],
-    readOnly: false,
-    forbiddenHint: PROPOSE_HINT,
+    ...WRITES,
     run: async (a, { ctx, p }) =>
       editToolView(
         await editPage(ctx, p, pageRef(a, REF_NAMES), { kind: 'replace_section', section: a.section, text: a.text }, { baseSha: a.base_sha }, a.message),
@@ -72,9 +71,7 @@ export const EXTENDED_PAGE_TOOLS: ToolDef[] = [
       base_sha: BaseSha,
       message: CommitMessage,
     }),
-    grants: ['write'],
-    readOnly: false,
-    forbiddenHint: PROPOSE_HINT,
+    ...WRITES,
     run: async (a, { ctx, p }) =>
       editToolView(await editPage(ctx, p, pageRef(a, REF_NAMES), { kind: 'patch', patch: a.patch }, { baseSha: a.base_sha }, a.message)),
   }),
@@ -91,8 +88,7 @@ export const EXTENDED_PAGE_TOOLS: ToolDef[] = [
     description:
       'What changed since your last call: pages created, changed, moved, archived, restored or deleted, oldest first, with commit, time and author. Pass next as since to catch up.',
     schema: z.strictObject({ scope: Scope.optional(), since: ChangesCursor.optional(), limit: changesLimit(z.number()) }),
-    grants: ['read'],
-    readOnly: true,
+    ...READS,
     run: async (a, { ctx, p }) => changesToolView(await listChanges(ctx, p, { scope: a.scope, since: a.since, limit: a.limit })),
   }),
   tool({
@@ -103,8 +99,7 @@ export const EXTENDED_PAGE_TOOLS: ToolDef[] = [
       limit: z.number().int().min(1).max(200).default(20),
       before: Sha.optional().describe('next_before of the previous call'),
     }),
-    grants: ['read'],
-    readOnly: true,
+    ...READS,
     run: async (a, { ctx, p }) => historyToolView(await pageHistory(ctx, p, pageRef(a, REF_NAMES), { limit: a.limit, before: a.before })),
   }),
   tool({
@@ -115,8 +110,7 @@ export const EXTENDED_PAGE_TOOLS: ToolDef[] = [
       from: Sha.optional().describe('Commit; default the version before to'),
       to: Sha.optional().describe('Commit; default the latest'),
     }),
-    grants: ['read'],
-    readOnly: true,
+    ...READS,
     run: async (a, { ctx, p }) => diffToolView(await pageDiff(ctx, p, pageRef(a, REF_NAMES), { from: a.from, to: a.to })),
   }),
   tool({
@@ -127,8 +121,7 @@ export const EXTENDED_PAGE_TOOLS: ToolDef[] = [
       at: Sha.describe('Commit sha (7+ hex)'),
       section: z.string().min(1).max(SECTION_MAX_CHARS).optional().describe('Heading text'),
     }),
-    grants: ['read'],
-    readOnly: true,
+    ...READS,
     run: async (a, { ctx, p }) => readToolView(await readPage(ctx, p, pageRef(a, REF_NAMES), { at: a.at, section: a.section }), a.section),
   }),
 ];
