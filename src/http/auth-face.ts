@@ -10,7 +10,7 @@ import { describeCaller, signedInAs } from '../core/identity.js';
 import { sessionUserView } from '../presenters/identity.js';
 import { IdParams, RevokedSchema } from './schemas.js';
 import { addCallerHook, caller } from './shared/caller.js';
-import { errors, optionalBody } from './shared/schemas.js';
+import { errors, optionalBody, route } from './shared/schemas.js';
 import { setSessionCookies } from './shared/session-cookies.js';
 
 const SignupBody = z.strictObject({
@@ -54,16 +54,16 @@ async function signupRoute(app: FastifyInstance, ctx: CoreContext, opts: { docum
 
   r.post(
     '/signup',
-    {
-      config: { auth: 'public' },
-      schema: {
-        tags: ['auth'],
-        summary: 'Create an account and its own workspace (you are its owner); signs you in',
+    route(
+      ['auth'],
+      'Create an account and its own workspace (you are its owner); signs you in',
+      {
         hide: !opts.documented,
         body: SignupBody,
         response: { 201: LoginResult, ...errors(400, 403, 409, 429) },
       },
-    },
+      { auth: 'public' },
+    ),
     async (req, reply) => {
       const { principalId, workspace } = await signup(ctx, req.body);
       const pending = ctx.config.requireTotp ? ('totp_enroll' as const) : null;
@@ -84,15 +84,15 @@ async function sessionRoutes(app: FastifyInstance, ctx: CoreContext): Promise<vo
 
   r.post(
     '/login',
-    {
-      config: { auth: 'public' },
-      schema: {
-        tags: ['auth'],
-        summary: 'Sign in with email and password; may answer totp_required or totp_enroll_required',
+    route(
+      ['auth'],
+      'Sign in with email and password; may answer totp_required or totp_enroll_required',
+      {
         body: LoginBody,
         response: { 200: LoginResult, ...errors(400, 401, 429) },
       },
-    },
+      { auth: 'public' },
+    ),
     async (req, reply) => {
       const login = await beginLogin(ctx, req.body.email, req.body.password, req.ip);
       const s = await openSession(ctx, login.principalId, login.workspace.id, login.pendingKind);
@@ -108,15 +108,15 @@ async function sessionRoutes(app: FastifyInstance, ctx: CoreContext): Promise<vo
 
   r.post(
     '/totp/verify',
-    {
-      config: { auth: 'pending' },
-      schema: {
-        tags: ['auth'],
-        summary: 'Second login step: a TOTP code turns the pending session into an active one',
+    route(
+      ['auth'],
+      'Second login step: a TOTP code turns the pending session into an active one',
+      {
         body: z.strictObject({ code: z.string().max(16) }),
         response: { 200: LoginResult, ...errors(400, 401, 403, 409, 429) },
       },
-    },
+      { auth: 'pending' },
+    ),
     async (req, reply) => {
       const p = caller(req);
       await verifyLoginCode(ctx, p.id, p.sessionId!, req.body.code, req.ip);
@@ -132,18 +132,18 @@ async function sessionRoutes(app: FastifyInstance, ctx: CoreContext): Promise<vo
 
   r.post(
     '/totp/enroll',
-    {
-      config: { auth: 'pending' },
-      schema: {
-        tags: ['auth'],
-        summary: 'Without a code: a new secret and its otpauth:// URI. With a code: confirm and enable TOTP',
+    route(
+      ['auth'],
+      'Without a code: a new secret and its otpauth:// URI. With a code: confirm and enable TOTP',
+      {
         body: optionalBody(z.strictObject({ code: z.string().max(16).optional() })),
         response: {
           200: z.object({ enabled: z.boolean(), otpauth_uri: z.string().optional(), secret: z.string().optional() }),
           ...errors(400, 401, 403, 409),
         },
       },
-    },
+      { auth: 'pending' },
+    ),
     async (req, reply) => {
       const p = caller(req);
       const result = await enrollTotp(ctx, p, req.body.code);
@@ -158,25 +158,24 @@ async function sessionRoutes(app: FastifyInstance, ctx: CoreContext): Promise<vo
 
   r.post(
     '/stepup',
-    {
-      config: { auth: 'session' },
-      schema: {
-        tags: ['auth'],
-        summary: 'Step up for 5 minutes with a TOTP code, or the password when TOTP is not enrolled',
+    route(
+      ['auth'],
+      'Step up for 5 minutes with a TOTP code, or the password when TOTP is not enrolled',
+      {
         body: z.strictObject({ code: z.string().max(16).optional(), password: z.string().max(1024).optional() }),
         response: { 200: z.object({ step_up_until: z.string() }), ...errors(400, 401, 403, 429) },
       },
-    },
+      { auth: 'session' },
+    ),
     async (req) => ({ step_up_until: (await stepUp(ctx, caller(req), req.body, req.ip)).until }),
   );
 
   r.get(
     '/sessions',
-    {
-      config: { auth: 'session' },
-      schema: {
-        tags: ['auth'],
-        summary: 'Your active sessions',
+    route(
+      ['auth'],
+      'Your active sessions',
+      {
         response: {
           200: z.object({
             sessions: z.array(
@@ -193,7 +192,8 @@ async function sessionRoutes(app: FastifyInstance, ctx: CoreContext): Promise<vo
           ...errors(401, 403),
         },
       },
-    },
+      { auth: 'session' },
+    ),
     async (req) => {
       const p = caller(req);
       return { sessions: await listSessions(ctx, p.id, p.sessionId) };
@@ -202,15 +202,15 @@ async function sessionRoutes(app: FastifyInstance, ctx: CoreContext): Promise<vo
 
   r.delete(
     '/sessions/:id',
-    {
-      config: { auth: 'session' },
-      schema: {
-        tags: ['auth'],
-        summary: 'End one of your own sessions',
+    route(
+      ['auth'],
+      'End one of your own sessions',
+      {
         params: IdParams,
         response: { 200: RevokedSchema, ...errors(401, 403, 404) },
       },
-    },
+      { auth: 'session' },
+    ),
     async (req) => {
       if (!(await revokeOwnSession(ctx, caller(req).id, req.params.id))) throw notFound(`Session ${req.params.id} not found`);
       return { revoked: true as const, id: req.params.id };
@@ -219,10 +219,12 @@ async function sessionRoutes(app: FastifyInstance, ctx: CoreContext): Promise<vo
 
   r.post(
     '/logout',
-    {
-      config: { auth: 'pending' },
-      schema: { tags: ['auth'], summary: 'End this session and clear its cookies', response: { 200: z.object({ ok: z.literal(true) }), ...errors(401, 403) } },
-    },
+    route(
+      ['auth'],
+      'End this session and clear its cookies',
+      { response: { 200: z.object({ ok: z.literal(true) }), ...errors(401, 403) } },
+      { auth: 'pending' },
+    ),
     async (req, reply) => {
       await closeSession(ctx, caller(req).sessionId!);
       reply.clearCookie(SESSION_COOKIE, { path: '/' });
@@ -233,11 +235,10 @@ async function sessionRoutes(app: FastifyInstance, ctx: CoreContext): Promise<vo
 
   r.get(
     '/me',
-    {
-      config: { auth: 'session' },
-      schema: {
-        tags: ['auth'],
-        summary: 'The signed-in user, their workspaces and the current one',
+    route(
+      ['auth'],
+      'The signed-in user, their workspaces and the current one',
+      {
         response: {
           200: z.object({
             user: z.object({ id: z.string(), name: z.string(), email: z.string() }),
@@ -247,7 +248,8 @@ async function sessionRoutes(app: FastifyInstance, ctx: CoreContext): Promise<vo
           ...errors(401, 403),
         },
       },
-    },
+      { auth: 'session' },
+    ),
     async (req) => sessionUserView(await describeCaller(ctx, caller(req), { account: true })),
   );
 }

@@ -4,6 +4,7 @@ import { z } from 'zod';
 import { pageTotals } from '../core/pages/read.js';
 import { databaseHealth } from '../core/health.js';
 import { GIT_SHA, VERSION } from '../version.js';
+import { route } from './shared/schemas.js';
 
 /** Vectors trail writes: `backlog` pages wait for them; `degraded` while the provider fails (writes go on). */
 const Embeddings = z.object({
@@ -50,16 +51,17 @@ export async function healthFace(face: FastifyInstance): Promise<void> {
 
   r.get(
     '/healthz',
-    {
-      config: { auth: 'public' },
-      schema: {
-        tags: ['health'],
+    route(
+      ['health'],
+      undefined,
+      {
         response: {
           200: z.object({ status: z.literal('ok'), version: z.string(), nodes: z.number(), indexed_at: z.string().nullable() }),
           503: z.object({ status: z.literal('unavailable'), version: z.string() }),
         },
       },
-    },
+      { auth: 'public' },
+    ),
     async (_req, reply) => {
       try {
         const { nodes, indexed_at } = await pageTotals(ctx);
@@ -72,13 +74,14 @@ export async function healthFace(face: FastifyInstance): Promise<void> {
 
   r.get(
     '/readyz',
-    {
-      config: { auth: 'public' },
-      schema: {
-        tags: ['health'],
+    route(
+      ['health'],
+      undefined,
+      {
         response: { '2xx': Readiness, 503: Readiness },
       },
-    },
+      { auth: 'public' },
+    ),
     async (_req, reply) => {
       const database = await databaseHealth(ctx);
       const ok = database.ok;

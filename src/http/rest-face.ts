@@ -14,6 +14,7 @@ import { threadRoutes } from './routes/threads.js';
 import { watchRoutes } from './routes/watches.js';
 import { workspaceRoutes } from './routes/workspaces.js';
 import { addCallerHook } from './shared/caller.js';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 
 /**
  * The REST face (spec §4): JSON under /api/v1, registered by app.ts with `{ prefix: '/api/v1' }`;
@@ -26,21 +27,22 @@ import { addCallerHook } from './shared/caller.js';
 export async function restFace(face: FastifyInstance): Promise<void> {
   const ctx = face.ctx;
   addCallerHook(face, ctx);
+  const r = face.withTypeProvider<ZodTypeProvider>();
 
-  await meRoutes(face, ctx);
-  await principalRoutes(face, ctx);
-  await securityRoutes(face, ctx);
-  await oauthClientRoutes(face, ctx);
-  await spaceRoutes(face, ctx);
-  await nodeRoutes(face, ctx);
-  await retrievalRoutes(face, ctx);
-  await proposalRoutes(face, ctx);
-  await changeRoutes(face, ctx);
-  await editRoutes(face, ctx);
-  await threadRoutes(face, ctx);
-  await inboxRoutes(face, ctx);
-  await watchRoutes(face, ctx);
-  await workspaceRoutes(face, ctx);
+  await meRoutes(r, ctx);
+  await principalRoutes(r, ctx);
+  await securityRoutes(r, ctx);
+  await oauthClientRoutes(r, ctx);
+  await spaceRoutes(r, ctx);
+  await nodeRoutes(r, ctx);
+  await retrievalRoutes(r, ctx);
+  await proposalRoutes(r, ctx);
+  await changeRoutes(r, ctx);
+  await editRoutes(r, ctx);
+  await threadRoutes(r, ctx);
+  await inboxRoutes(r, ctx);
+  await watchRoutes(r, ctx);
+  await workspaceRoutes(r, ctx);
 
   // The document covers every face (it is read when asked, so routes registered later are in it).
   face.get('/openapi.json', { config: { auth: 'public' }, schema: { hide: true } }, async () => face.swagger());

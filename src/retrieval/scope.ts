@@ -7,6 +7,7 @@ import type { Executor } from '../store/db.js';
 import type { RetrievalContext } from './context.js';
 import { folderPath } from './candidates.js';
 import { closest } from './suggest.js';
+import { livePagesOfSpace } from './live-pages.js';
 
 /**
  * Scope checks of retrieval (issue 13): a `scope` (search, bundle, the project prompt) that names
@@ -31,7 +32,7 @@ function levelsAt(p: Principal, action: Action, target: string) {
 /** Pages under a Space (`eng`) or folder (`eng/ops`), its sub-folders included; the prefix test is on segment boundaries. */
 function pagesUnder(db: Executor, workspaceId: string, target: string) {
   const space = target.split('/')[0]!;
-  let q = db.selectFrom('pages').select('id').where('workspace_id', '=', workspaceId).where('space', '=', space).where('deleted_at', 'is', null);
+  let q = livePagesOfSpace(db, workspaceId, space).select('id');
   if (target !== space)
     q = q.where((eb) => eb.or([eb('cluster_path', '=', target), eb(sql<string>`substr(cluster_path, 1, ${[...target].length + 1})`, '=', `${target}/`)]));
   return q;
@@ -98,12 +99,8 @@ export async function usableScopes(db: Executor, p: Principal, action: Action, m
 
 /** Folders of a Space the caller sees pages in (for a suggestion), from one bounded query. */
 async function visibleFolders(db: Executor, p: Principal, action: Action, space: string): Promise<string[]> {
-  const rows = await db
-    .selectFrom('pages')
+  const rows = await livePagesOfSpace(db, p.workspaceId, space)
     .select(['cluster_path', 'path', 'sensitivity'])
-    .where('workspace_id', '=', p.workspaceId)
-    .where('space', '=', space)
-    .where('deleted_at', 'is', null)
     .orderBy('cluster_path')
     .limit(FOLDER_ROWS)
     .execute();

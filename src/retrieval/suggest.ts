@@ -2,6 +2,7 @@ import { distance } from 'fastest-levenshtein';
 import { canReadPage } from '../policy/pages.js';
 import type { Principal } from '../policy/principal.js';
 import type { Executor } from '../store/db.js';
+import { livePagesOfSpace } from './live-pages.js';
 
 /**
  * "Did you mean …?" for names a caller got slightly wrong (issue 13): a page path without
@@ -46,15 +47,7 @@ export async function suggestPagePath(db: Executor, p: Principal, ref: string): 
   const path = ref.trim().replace(/^\/+/, '');
   const space = path.split('/')[0];
   if (!space || !path.includes('/') || path.length > 512) return null;
-  const rows = await db
-    .selectFrom('pages')
-    .select(['path', 'sensitivity', 'block_level'])
-    .where('workspace_id', '=', p.workspaceId)
-    .where('space', '=', space)
-    .where('deleted_at', 'is', null)
-    .orderBy('path')
-    .limit(SUGGEST_ROWS)
-    .execute();
+  const rows = await livePagesOfSpace(db, p.workspaceId, space).select(['path', 'sensitivity', 'block_level']).orderBy('path').limit(SUGGEST_ROWS).execute();
   const seen = rows.filter((r) => canReadPage(p, { path: r.path, sensitivity: r.sensitivity, blockLevel: r.block_level })).map((r) => r.path);
   const wanted = path.endsWith('.md') ? path : `${path}.md`;
   if (wanted !== path && seen.includes(wanted)) return wanted;

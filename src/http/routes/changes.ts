@@ -1,12 +1,10 @@
-import type { FastifyInstance } from 'fastify';
-import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { listChanges } from '../../core/changes.js';
 import { ChangesCursor, changesLimit } from '../../core/changes-input.js';
 import type { CoreContext } from '../../core/context.js';
 import { SCOPE_MAX_CHARS } from '../../retrieval/search-input.js';
 import { caller } from '../shared/caller.js';
-import { errors } from '../shared/schemas.js';
+import { errors, route, type RestApp } from '../shared/schemas.js';
 
 const ChangeSchema = z.object({
   change: z.enum(['created', 'changed', 'moved', 'archived', 'restored', 'deleted']),
@@ -20,29 +18,24 @@ const ChangeSchema = z.object({
 });
 
 /** The changes feed (issue 13, beyond the spec): REST twin of MCP `context_changes`. */
-export async function changeRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
-  const r = app.withTypeProvider<ZodTypeProvider>();
+export async function changeRoutes(r: RestApp, ctx: CoreContext): Promise<void> {
   r.get(
     '/changes',
-    {
-      schema: {
-        tags: ['pages'],
-        summary: 'Pages created, changed, moved, archived, restored or deleted since a cursor, oldest first (only what you can see)',
-        querystring: z.object({
-          scope: z.string().min(1).max(SCOPE_MAX_CHARS).optional().describe('Space or space/folder'),
-          since: ChangesCursor.optional(),
-          limit: changesLimit(z.coerce.number()),
+    route(['pages'], 'Pages created, changed, moved, archived, restored or deleted since a cursor, oldest first (only what you can see)', {
+      querystring: z.object({
+        scope: z.string().min(1).max(SCOPE_MAX_CHARS).optional().describe('Space or space/folder'),
+        since: ChangesCursor.optional(),
+        limit: changesLimit(z.coerce.number()),
+      }),
+      response: {
+        200: z.object({
+          changes: z.array(ChangeSchema),
+          next: z.string().describe('Pass as since next time'),
+          more: z.boolean().describe('More changes follow right away'),
         }),
-        response: {
-          200: z.object({
-            changes: z.array(ChangeSchema),
-            next: z.string().describe('Pass as since next time'),
-            more: z.boolean().describe('More changes follow right away'),
-          }),
-          ...errors(400, 401, 404),
-        },
+        ...errors(400, 401, 404),
       },
-    },
+    }),
     async (req) => listChanges(ctx, caller(req), req.query),
   );
 }

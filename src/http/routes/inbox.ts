@@ -1,11 +1,9 @@
-import type { FastifyInstance } from 'fastify';
-import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
 import { ackInbox, INBOX_MAX_WAIT_S, INBOX_STATES, listInbox } from '../../core/inbox.js';
 import { AckSeqs, AckUpTo, inboxAfter, inboxLimit } from '../../core/inbox-input.js';
 import { caller } from '../shared/caller.js';
-import { errors } from '../shared/schemas.js';
+import { errors, route, type RestApp } from '../shared/schemas.js';
 
 const EventSchema = z.object({
   seq: z.number().int().describe('Grows per principal'),
@@ -24,34 +22,29 @@ const AckBody = z
   })
   .refine((b) => (b.up_to === undefined) !== (b.seqs === undefined), { message: 'Send exactly one of up_to or seqs' });
 
-export async function inboxRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
-  const r = app.withTypeProvider<ZodTypeProvider>();
+export async function inboxRoutes(r: RestApp, ctx: CoreContext): Promise<void> {
   const tags = ['inbox'];
 
   // Long-polls in flight end (empty) when the server closes, instead of holding it open.
   const polls = new Set<AbortController>();
-  app.addHook('preClose', async () => {
+  r.addHook('preClose', async () => {
     for (const ac of polls) ac.abort();
   });
 
   r.get(
     '/inbox',
-    {
-      schema: {
-        tags,
-        summary: 'Your events in this workspace after a seq; wait= long-polls. Listing does not mark events read (ack marks them done)',
-        querystring: z.object({
-          state: z.enum(INBOX_STATES).default('unread'),
-          after: inboxAfter(z.coerce.number()),
-          limit: inboxLimit(z.coerce.number()),
-          wait: z.coerce.number().min(0).max(INBOX_MAX_WAIT_S).default(0).describe('Seconds to wait for an event when there is none (0 to 25)'),
-        }),
-        response: {
-          200: z.object({ events: z.array(EventSchema), next_after: z.number().int().describe('Pass as after= next time') }),
-          ...errors(400, 401),
-        },
+    route(tags, 'Your events in this workspace after a seq; wait= long-polls. Listing does not mark events read (ack marks them done)', {
+      querystring: z.object({
+        state: z.enum(INBOX_STATES).default('unread'),
+        after: inboxAfter(z.coerce.number()),
+        limit: inboxLimit(z.coerce.number()),
+        wait: z.coerce.number().min(0).max(INBOX_MAX_WAIT_S).default(0).describe('Seconds to wait for an event when there is none (0 to 25)'),
+      }),
+      response: {
+        200: z.object({ events: z.array(EventSchema), next_after: z.number().int().describe('Pass as after= next time') }),
+        ...errors(400, 401),
       },
-    },
+    }),
     async (req, reply) => {
       const p = caller(req);
       const q = req.query;
@@ -80,14 +73,10 @@ export async function inboxRoutes(app: FastifyInstance, ctx: CoreContext): Promi
 
   r.post(
     '/inbox/ack',
-    {
-      schema: {
-        tags,
-        summary: 'Mark events done: {up_to} (every seq ≤ up_to) or {seqs} (at most 1000)',
-        body: AckBody,
-        response: { 200: z.object({ done: z.number().int().describe('Events that became done') }), ...errors(400, 401) },
-      },
-    },
+    route(tags, 'Mark events done: {up_to} (every seq ≤ up_to) or {seqs} (at most 1000)', {
+      body: AckBody,
+      response: { 200: z.object({ done: z.number().int().describe('Events that became done') }), ...errors(400, 401) },
+    }),
     async (req) => ackInbox(ctx, caller(req), req.body),
   );
 }

@@ -1,5 +1,4 @@
-import type { FastifyInstance, FastifyReply } from 'fastify';
-import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import type { FastifyReply } from 'fastify';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
 import { pageDiff, pageHistory, readPage } from '../../core/pages/read.js';
@@ -19,7 +18,7 @@ import { proposedView } from '../../presenters/proposals.js';
 import { writeResultView } from '../../presenters/pages.js';
 import { caller } from '../shared/caller.js';
 import { PageRefParams, ProposedSchema, PageRecordSchema, WriteResultSchema } from '../schemas.js';
-import { errors, optionalBody } from '../shared/schemas.js';
+import { errors, optionalBody, route, type RestApp } from '../shared/schemas.js';
 
 const Frontmatter = z.record(z.string(), z.unknown());
 
@@ -65,20 +64,15 @@ function headerValue(v: string | string[] | undefined): string | undefined {
   return Array.isArray(v) ? v.join(',') : v;
 }
 
-export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
-  const r = app.withTypeProvider<ZodTypeProvider>();
+export async function nodeRoutes(r: RestApp, ctx: CoreContext): Promise<void> {
   const tags = ['pages'];
 
   r.post(
     '/nodes',
-    {
-      schema: {
-        tags,
-        summary: 'Create a page from {path, content} or {space, cluster_path, title, body, frontmatter}',
-        body: CreateBody,
-        response: { 201: PageRecordSchema, 202: ProposedSchema, ...errors(400, 401, 403, 409, 413) },
-      },
-    },
+    route(tags, 'Create a page from {path, content} or {space, cluster_path, title, body, frontmatter}', {
+      body: CreateBody,
+      response: { 201: PageRecordSchema, 202: ProposedSchema, ...errors(400, 401, 403, 409, 413) },
+    }),
     async (req, reply) => {
       const { message, ...input } = req.body;
       const o = await createOrProposePage(ctx, caller(req), input, message);
@@ -89,19 +83,15 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
 
   r.get(
     '/nodes/:id',
-    {
-      schema: {
-        tags,
-        summary: 'Read a page by id or path, redacted to your ceiling; counts as a read',
-        params: PageRefParams,
-        querystring: z.object({
-          format: z.enum(['json', 'md']).default('json'),
-          at: Sha.optional().describe('Read the version in force at this commit'),
-          section: z.string().max(SECTION_MAX_CHARS).optional().describe('Heading text: return that section too'),
-        }),
-        response: { 200: PageRecordSchema, ...errors(400, 401, 404) },
-      },
-    },
+    route(tags, 'Read a page by id or path, redacted to your ceiling; counts as a read', {
+      params: PageRefParams,
+      querystring: z.object({
+        format: z.enum(['json', 'md']).default('json'),
+        at: Sha.optional().describe('Read the version in force at this commit'),
+        section: z.string().max(SECTION_MAX_CHARS).optional().describe('Heading text: return that section too'),
+      }),
+      response: { 200: PageRecordSchema, ...errors(400, 401, 404) },
+    }),
     async (req, reply) => {
       const record = await readPage(ctx, caller(req), req.params.id, { at: req.query.at, section: req.query.section });
       withEtag(reply, record);
@@ -120,19 +110,18 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
   const update = (method: 'put' | 'patch') =>
     r[method](
       '/nodes/:id',
-      {
-        schema: {
-          tags,
-          summary:
-            method === 'put'
-              ? 'Replace a page; If-Match or base_sha make it conditional, without them last writer wins'
-              : 'Change part of a page (frontmatter keys merge; null removes a key); same conditions as PUT',
+      route(
+        tags,
+        method === 'put'
+          ? 'Replace a page; If-Match or base_sha make it conditional, without them last writer wins'
+          : 'Change part of a page (frontmatter keys merge; null removes a key); same conditions as PUT',
+        {
           params: PageRefParams,
           headers: z.object({ 'if-match': z.string().max(200).optional() }),
           body: UpdateBody,
           response: { 200: WriteResultSchema, 202: ProposedSchema, ...errors(400, 401, 403, 404, 409, 413) },
         },
-      },
+      ),
       async (req, reply) => {
         const b = req.body;
         const change: PageUpdate =
@@ -150,69 +139,56 @@ export async function nodeRoutes(app: FastifyInstance, ctx: CoreContext): Promis
 
   r.delete(
     '/nodes/:id',
-    {
-      schema: {
-        tags,
-        summary: 'Delete a page as a commit; history keeps it (human owner, or agent with admin)',
-        params: PageRefParams,
-        response: { 200: z.object({ deleted: z.literal(true), id: z.string(), path: z.string(), commit_sha: z.string() }), ...errors(401, 403, 404) },
-      },
-    },
+    route(tags, 'Delete a page as a commit; history keeps it (human owner, or agent with admin)', {
+      params: PageRefParams,
+      response: { 200: z.object({ deleted: z.literal(true), id: z.string(), path: z.string(), commit_sha: z.string() }), ...errors(401, 403, 404) },
+    }),
     async (req) => ({ deleted: true as const, ...(await deletePage(ctx, caller(req), req.params.id)) }),
   );
 
   r.get(
     '/nodes/:id/history',
-    {
-      schema: {
-        tags,
-        summary: 'Versions of a page, newest first',
-        params: PageRefParams,
-        querystring: z.object({ limit: z.coerce.number().int().min(1).max(200).default(50), before: Sha.optional() }),
-        response: {
-          200: z.object({
-            id: z.string(),
-            versions: z.array(
-              z.object({
-                commit_sha: z.string(),
-                action: z.string(),
-                path: z.string(),
-                content_hash: z.string().nullable(),
-                message: z.string(),
-                principal_id: z.string(),
-                created_at: z.string(),
-              }),
-            ),
-            next_before: z.string().nullable().describe('Pass as before= for the next page'),
-          }),
-          ...errors(400, 401, 404),
-        },
+    route(tags, 'Versions of a page, newest first', {
+      params: PageRefParams,
+      querystring: z.object({ limit: z.coerce.number().int().min(1).max(200).default(50), before: Sha.optional() }),
+      response: {
+        200: z.object({
+          id: z.string(),
+          versions: z.array(
+            z.object({
+              commit_sha: z.string(),
+              action: z.string(),
+              path: z.string(),
+              content_hash: z.string().nullable(),
+              message: z.string(),
+              principal_id: z.string(),
+              created_at: z.string(),
+            }),
+          ),
+          next_before: z.string().nullable().describe('Pass as before= for the next page'),
+        }),
+        ...errors(400, 401, 404),
       },
-    },
+    }),
     async (req) => pageHistory(ctx, caller(req), req.params.id, req.query),
   );
 
   r.get(
     '/nodes/:id/diff',
-    {
-      schema: {
-        tags,
-        summary: 'Unified diff between two versions (secret-level read)',
-        params: PageRefParams,
-        querystring: z.object({ from: Sha.optional(), to: Sha.optional() }),
-        response: {
-          200: z.object({ id: z.string(), from: z.string().nullable(), to: z.string(), diff: z.string(), from_content: z.string(), to_content: z.string() }),
-          ...errors(400, 401, 403, 404),
-        },
+    route(tags, 'Unified diff between two versions (secret-level read)', {
+      params: PageRefParams,
+      querystring: z.object({ from: Sha.optional(), to: Sha.optional() }),
+      response: {
+        200: z.object({ id: z.string(), from: z.string().nullable(), to: z.string(), diff: z.string(), from_content: z.string(), to_content: z.string() }),
+        ...errors(400, 401, 403, 404),
       },
-    },
+    }),
     async (req) => pageDiff(ctx, caller(req), req.params.id, req.query),
   );
 
   /** Move, archive and restore: a page named in the URL, a small body, and the record or (202) a proposal. */
-  const change = <B extends z.ZodType>(summary: string, body: B) => ({
-    schema: { tags, summary, params: PageRefParams, body, response: { 200: PageRecordSchema, 202: ProposedSchema, ...errors(400, 401, 403, 404, 409) } },
-  });
+  const change = <B extends z.ZodType>(summary: string, body: B) =>
+    route(tags, summary, { params: PageRefParams, body, response: { 200: PageRecordSchema, 202: ProposedSchema, ...errors(400, 401, 403, 404, 409) } });
 
   r.post(
     '/nodes/:id/move',

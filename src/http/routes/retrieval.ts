@@ -1,5 +1,4 @@
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { ZodTypeProvider } from 'fastify-type-provider-zod';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
 import { pageBacklinks, relatedPages } from '../../retrieval/related.js';
@@ -9,7 +8,7 @@ import { SEARCH_MODES, searchPages } from '../../retrieval/search.js';
 import { QueryText, SCOPE_MAX_CHARS, SEARCH_MAX_TAGS, searchLimit } from '../../retrieval/search-input.js';
 import { caller } from '../shared/caller.js';
 import { PageRefParams, QueryBool } from '../schemas.js';
-import { errors } from '../shared/schemas.js';
+import { errors, route, type RestApp } from '../shared/schemas.js';
 
 /** Filter values are compared with stored paths and tags; control characters never match one (and PostgreSQL refuses NUL). */
 const NoControl = /^[^\u0000-\u001f\u007f]*$/;
@@ -68,6 +67,9 @@ const BundleResponse = z.object({
   markdown: z.string(),
 });
 
+/** POST and GET /bundle answer alike. */
+const BundleAnswers = { 200: BundleResponse, ...errors(400, 401, 403, 429) };
+
 /** `Accept: text/markdown` (preferred over JSON) asks for the bundle's markdown alone. */
 function wantsMarkdown(accept: string | undefined): boolean {
   if (!accept) return false;
@@ -78,9 +80,7 @@ function wantsMarkdown(accept: string | undefined): boolean {
   return accept.toLowerCase().indexOf('text/markdown') < accept.toLowerCase().indexOf('application/json');
 }
 
-export async function retrievalRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
-  const r = app.withTypeProvider<ZodTypeProvider>();
-
+export async function retrievalRoutes(r: RestApp, ctx: CoreContext): Promise<void> {
   /** One handler for both forms: the parameters come from the body (POST) or the query (GET). */
   const answerBundle = async (params: BundleParams, req: FastifyRequest, reply: FastifyReply) => {
     const b = await buildBundle(ctx, caller(req), bundleOptions(params));
@@ -94,73 +94,64 @@ export async function retrievalRoutes(app: FastifyInstance, ctx: CoreContext): P
 
   r.post(
     '/bundle',
-    {
-      schema: {
-        tags: ['retrieval'],
-        summary:
-          'Context bundle: ranked, deduplicated sections packed to budget_tokens (o200k tokens), each with its source; Accept: text/markdown for the markdown alone',
+    route(
+      ['retrieval'],
+      'Context bundle: ranked, deduplicated sections packed to budget_tokens (o200k tokens), each with its source; Accept: text/markdown for the markdown alone',
+      {
         body: BundleBody,
-        response: { 200: BundleResponse, ...errors(400, 401, 403, 429) },
+        response: BundleAnswers,
       },
-    },
+    ),
     async (req, reply) => answerBundle(req.body, req, reply),
   );
 
   r.get(
     '/bundle',
-    {
-      schema: {
-        tags: ['retrieval'],
-        summary: 'The context bundle with its parameters in the query string',
-        querystring: BundleQuery,
-        response: { 200: BundleResponse, ...errors(400, 401, 403, 429) },
-      },
-    },
+    route(['retrieval'], 'The context bundle with its parameters in the query string', {
+      querystring: BundleQuery,
+      response: BundleAnswers,
+    }),
     async (req, reply) => answerBundle(req.query, req, reply),
   );
 
   r.get(
     '/search',
-    {
-      schema: {
-        tags: ['retrieval'],
-        summary: 'Search pages: one result per page with its best section as snippet; filters are exact',
-        querystring: z.object({
-          q: QueryText.default('').describe('Words to look for; quotes and operators are read as plain words'),
-          space: FilterText(100).optional(),
-          cluster: FilterText(SCOPE_MAX_CHARS).optional().describe('A folder path; pages in it and in its sub-folders'),
-          tags: Tags.optional(),
-          mode: z
-            .enum(SEARCH_MODES)
-            .default('hybrid')
-            .describe('hybrid (default): keyword and vector rankings fused; fts: keyword only; vector: embeddings only'),
-          limit: searchLimit(z.coerce.number()),
-          include_archived: QueryBool.default(false),
+    route(['retrieval'], 'Search pages: one result per page with its best section as snippet; filters are exact', {
+      querystring: z.object({
+        q: QueryText.default('').describe('Words to look for; quotes and operators are read as plain words'),
+        space: FilterText(100).optional(),
+        cluster: FilterText(SCOPE_MAX_CHARS).optional().describe('A folder path; pages in it and in its sub-folders'),
+        tags: Tags.optional(),
+        mode: z
+          .enum(SEARCH_MODES)
+          .default('hybrid')
+          .describe('hybrid (default): keyword and vector rankings fused; fts: keyword only; vector: embeddings only'),
+        limit: searchLimit(z.coerce.number()),
+        include_archived: QueryBool.default(false),
+      }),
+      response: {
+        200: z.object({
+          mode: z.enum(SEARCH_MODES),
+          mode_used: z.enum(SEARCH_MODES).describe('The ranking used: vector modes fall back to fts while embeddings are unavailable (note says why)'),
+          note: z.string().optional(),
+          results: z.array(
+            z.object({
+              id: z.string(),
+              path: z.string(),
+              title: z.string(),
+              space: z.string(),
+              cluster_path: z.string(),
+              tags: z.array(z.string()),
+              state: z.string(),
+              score: z.number(),
+              section: z.string().describe("The best section's heading"),
+              snippet: z.string(),
+            }),
+          ),
         }),
-        response: {
-          200: z.object({
-            mode: z.enum(SEARCH_MODES),
-            mode_used: z.enum(SEARCH_MODES).describe('The ranking used: vector modes fall back to fts while embeddings are unavailable (note says why)'),
-            note: z.string().optional(),
-            results: z.array(
-              z.object({
-                id: z.string(),
-                path: z.string(),
-                title: z.string(),
-                space: z.string(),
-                cluster_path: z.string(),
-                tags: z.array(z.string()),
-                state: z.string(),
-                score: z.number(),
-                section: z.string().describe("The best section's heading"),
-                snippet: z.string(),
-              }),
-            ),
-          }),
-          ...errors(400, 401, 403),
-        },
+        ...errors(400, 401, 403),
       },
-    },
+    }),
     async (req) => {
       const q = req.query;
       return searchPages(ctx, caller(req), {
@@ -177,37 +168,29 @@ export async function retrievalRoutes(app: FastifyInstance, ctx: CoreContext): P
 
   r.get(
     '/nodes/:id/backlinks',
-    {
-      schema: {
-        tags: ['pages'],
-        summary: 'Pages linking to this one ([[wiki]] and relative markdown links), those you may read',
-        params: PageRefParams,
-        response: { 200: z.object({ id: z.string(), path: z.string(), backlinks: z.array(Entry) }), ...errors(400, 401, 404) },
-      },
-    },
+    route(['pages'], 'Pages linking to this one ([[wiki]] and relative markdown links), those you may read', {
+      params: PageRefParams,
+      response: { 200: z.object({ id: z.string(), path: z.string(), backlinks: z.array(Entry) }), ...errors(400, 401, 404) },
+    }),
     async (req) => pageBacklinks(ctx, caller(req), req.params.id),
   );
 
   r.get(
     '/nodes/:id/related',
-    {
-      schema: {
-        tags: ['pages'],
-        summary: 'Links, backlinks, folder neighbours and pages sharing tags, each with why',
-        params: PageRefParams,
-        response: {
-          200: z.object({
-            id: z.string(),
-            path: z.string(),
-            links: z.array(Entry),
-            backlinks: z.array(Entry),
-            neighbours: z.array(Entry),
-            shared_tags: z.array(Entry),
-          }),
-          ...errors(400, 401, 404),
-        },
+    route(['pages'], 'Links, backlinks, folder neighbours and pages sharing tags, each with why', {
+      params: PageRefParams,
+      response: {
+        200: z.object({
+          id: z.string(),
+          path: z.string(),
+          links: z.array(Entry),
+          backlinks: z.array(Entry),
+          neighbours: z.array(Entry),
+          shared_tags: z.array(Entry),
+        }),
+        ...errors(400, 401, 404),
       },
-    },
+    }),
     async (req) => relatedPages(ctx, caller(req), req.params.id),
   );
 }

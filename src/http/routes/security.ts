@@ -1,24 +1,18 @@
-import type { FastifyInstance } from 'fastify';
-import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
 import { elevate, ELEVATION_MAX_MINUTES, GIT_TOKEN_MAX_DAYS, lockdown, mintGitToken } from '../../core/security.js';
 import { RecordId } from '../schemas.js';
 import { caller } from '../shared/caller.js';
-import { errors, optionalBody } from '../shared/schemas.js';
+import { errors, optionalBody, route, type RestApp } from '../shared/schemas.js';
 
 /** Lockdown, elevations and git tokens: the `+U` acts of the spec. */
-export async function securityRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
-  const r = app.withTypeProvider<ZodTypeProvider>();
-
+export async function securityRoutes(r: RestApp, ctx: CoreContext): Promise<void> {
   r.post(
     '/workspaces/:ws/lockdown',
-    {
-      config: { auth: 'session' },
-      schema: {
-        tags: ['identity'],
-        summary:
-          'Owner, step-up: every agent key, git token and OAuth token of the workspace dies, pending invites and elevations are revoked, and every other session loses access to this workspace',
+    route(
+      ['identity'],
+      'Owner, step-up: every agent key, git token and OAuth token of the workspace dies, pending invites and elevations are revoked, and every other session loses access to this workspace',
+      {
         params: z.object({ ws: RecordId }),
         response: {
           200: z.object({
@@ -31,17 +25,17 @@ export async function securityRoutes(app: FastifyInstance, ctx: CoreContext): Pr
           ...errors(401, 403, 404),
         },
       },
-    },
+      { auth: 'session' },
+    ),
     async (req) => lockdown(ctx, caller(req), req.params.ws),
   );
 
   r.post(
     '/elevations',
-    {
-      config: { auth: 'session' },
-      schema: {
-        tags: ['agents'],
-        summary: 'Owner, step-up: raise one agent to secret for a bounded time',
+    route(
+      ['agents'],
+      'Owner, step-up: raise one agent to secret for a bounded time',
+      {
         body: z.strictObject({
           agent_id: RecordId,
           minutes: z.number().int().min(1).max(ELEVATION_MAX_MINUTES).default(60),
@@ -52,17 +46,17 @@ export async function securityRoutes(app: FastifyInstance, ctx: CoreContext): Pr
           ...errors(400, 401, 403, 404, 409),
         },
       },
-    },
+      { auth: 'session' },
+    ),
     async (req, reply) => reply.code(201).send(await elevate(ctx, caller(req), req.body)),
   );
 
   r.post(
     '/me/git-tokens',
-    {
-      config: { auth: 'session' },
-      schema: {
-        tags: ['identity'],
-        summary: 'Step-up: mint your own git token (gt_…, HTTP Basic password on /git only); shown once',
+    route(
+      ['identity'],
+      'Step-up: mint your own git token (gt_…, HTTP Basic password on /git only); shown once',
+      {
         // No body at all is fine: a token named "git" for the default lifetime.
         body: optionalBody(
           z.strictObject({
@@ -75,7 +69,8 @@ export async function securityRoutes(app: FastifyInstance, ctx: CoreContext): Pr
           ...errors(400, 401, 403),
         },
       },
-    },
+      { auth: 'session' },
+    ),
     async (req, reply) => reply.code(201).send(await mintGitToken(ctx, caller(req), req.body)),
   );
 }

@@ -1,12 +1,10 @@
-import type { FastifyInstance } from 'fastify';
-import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
 import { MessageBody, MessageId, MessageKind, mentionList, threadAfter } from '../../core/thread-input.js';
 import { getThread, markThreadRead, postMessage, THREAD_KINDS, unlockThread } from '../../core/threads.js';
 import { caller } from '../shared/caller.js';
 import { PageRefParams } from '../schemas.js';
-import { errors, optionalBody } from '../shared/schemas.js';
+import { errors, optionalBody, route, type RestApp } from '../shared/schemas.js';
 
 const AuthorSchema = z.object({ id: z.string(), name: z.string(), kind: z.enum(['human', 'agent']) });
 
@@ -42,72 +40,59 @@ const PostResultSchema = MessageSchema.extend({
   thread: z.object({ locked: z.boolean(), locked_at: z.string().nullable(), agent_hops: z.number().int() }),
 });
 
-export async function threadRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
-  const r = app.withTypeProvider<ZodTypeProvider>();
+export async function threadRoutes(r: RestApp, ctx: CoreContext): Promise<void> {
   const tags = ['threads'];
 
   r.get(
     '/nodes/:id/threads',
-    {
-      schema: {
-        tags,
-        summary: "The page's thread: messages in order and its state (read access to the page)",
-        params: PageRefParams,
-        querystring: z.object({
-          after: threadAfter(z.coerce.number()).describe('Only messages with a greater seq'),
-          limit: z.coerce.number().int().min(1).max(500).default(200),
+    route(tags, "The page's thread: messages in order and its state (read access to the page)", {
+      params: PageRefParams,
+      querystring: z.object({
+        after: threadAfter(z.coerce.number()).describe('Only messages with a greater seq'),
+        limit: z.coerce.number().int().min(1).max(500).default(200),
+      }),
+      response: {
+        200: ThreadStateSchema.extend({
+          messages: z.array(MessageSchema),
+          next_after: z.number().int().nullable().describe('Pass as after= for more; null when there are no more'),
         }),
-        response: {
-          200: ThreadStateSchema.extend({
-            messages: z.array(MessageSchema),
-            next_after: z.number().int().nullable().describe('Pass as after= for more; null when there are no more'),
-          }),
-          ...errors(400, 401, 404),
-        },
+        ...errors(400, 401, 404),
       },
-    },
+    }),
     async (req) => getThread(ctx, caller(req), req.params.id, req.query),
   );
 
   for (const url of ['/nodes/:id/threads', '/nodes/:id/threads/messages']) {
     r.post(
       url,
-      {
-        schema: {
-          tags,
-          summary: url.endsWith('/messages')
-            ? 'Alias of POST /api/v1/nodes/:id/threads'
-            : 'Post a message (collab grant for agents; any member for humans); mentions and replies reach those who can read the page',
-          params: PageRefParams,
-          body: PostBody,
-          response: { 201: PostResultSchema, ...errors(400, 401, 403, 404, 423) },
-        },
-      },
+      route(tags, undefined, {
+        summary: url.endsWith('/messages')
+          ? 'Alias of POST /api/v1/nodes/:id/threads'
+          : 'Post a message (collab grant for agents; any member for humans); mentions and replies reach those who can read the page',
+        params: PageRefParams,
+        body: PostBody,
+        response: { 201: PostResultSchema, ...errors(400, 401, 403, 404, 423) },
+      }),
       async (req, reply) => reply.code(201).send(await postMessage(ctx, caller(req), req.params.id, req.body)),
     );
   }
 
   r.post(
     '/nodes/:id/threads/read',
-    {
-      schema: {
-        tags,
-        summary: 'Mark the thread read up to its latest message',
-        params: PageRefParams,
-        body: optionalBody(z.strictObject({})),
-        response: { 200: ThreadStateSchema, ...errors(400, 401, 404) },
-      },
-    },
+    route(tags, 'Mark the thread read up to its latest message', {
+      params: PageRefParams,
+      body: optionalBody(z.strictObject({})),
+      response: { 200: ThreadStateSchema, ...errors(400, 401, 404) },
+    }),
     async (req) => markThreadRead(ctx, caller(req), req.params.id),
   );
 
   r.post(
     '/nodes/:id/threads/unlock',
-    {
-      config: { auth: 'session' },
-      schema: {
-        tags,
-        summary: 'Unlock a thread the loop breaker locked (editor or owner, session)',
+    route(
+      tags,
+      'Unlock a thread the loop breaker locked (editor or owner, session)',
+      {
         params: PageRefParams,
         body: optionalBody(z.strictObject({})),
         response: {
@@ -119,7 +104,8 @@ export async function threadRoutes(app: FastifyInstance, ctx: CoreContext): Prom
           ...errors(400, 401, 403, 404),
         },
       },
-    },
+      { auth: 'session' },
+    ),
     async (req) => unlockThread(ctx, caller(req), req.params.id),
   );
 }

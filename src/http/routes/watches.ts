@@ -1,12 +1,10 @@
-import type { FastifyInstance } from 'fastify';
-import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
 import { WatchId, WatchNodeId, WatchPath } from '../../core/watch-input.js';
 import { listWatches, unwatch, watch } from '../../core/watches.js';
 import { unwatchView, watchListView, watchResultView } from '../../presenters/watches.js';
 import { caller } from '../shared/caller.js';
-import { errors } from '../shared/schemas.js';
+import { errors, route, type RestApp } from '../shared/schemas.js';
 
 const WatchSchema = z.object({
   id: z.string(),
@@ -18,45 +16,32 @@ const WatchSchema = z.object({
 });
 
 /** Watching pages and folders (issue 13): changes by others arrive in the inbox as `page_changed` events. */
-export async function watchRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
-  const r = app.withTypeProvider<ZodTypeProvider>();
+export async function watchRoutes(r: RestApp, ctx: CoreContext): Promise<void> {
   const tags = ['watches'];
 
   r.get(
     '/watches',
-    {
-      schema: {
-        tags,
-        summary: 'Your watches in this workspace',
-        response: { 200: z.object({ watches: z.array(WatchSchema), limit: z.number().int().describe('How many watches you may hold') }), ...errors(401) },
-      },
-    },
+    route(tags, 'Your watches in this workspace', {
+      response: { 200: z.object({ watches: z.array(WatchSchema), limit: z.number().int().describe('How many watches you may hold') }), ...errors(401) },
+    }),
     async (req) => watchListView(await listWatches(ctx, caller(req))),
   );
 
   r.put(
     '/watches',
-    {
-      schema: {
-        tags,
-        summary: 'Watch a page ({node_id}, or {path} ending .md), a folder or a Space ({path}); idempotent. Needs read on it',
-        body: z.strictObject({ node_id: WatchNodeId.optional(), path: WatchPath.optional() }),
-        response: { 200: z.object({ watch: WatchSchema, created: z.boolean().describe('False: you already watched it') }), ...errors(400, 401, 404, 409) },
-      },
-    },
+    route(tags, 'Watch a page ({node_id}, or {path} ending .md), a folder or a Space ({path}); idempotent. Needs read on it', {
+      body: z.strictObject({ node_id: WatchNodeId.optional(), path: WatchPath.optional() }),
+      response: { 200: z.object({ watch: WatchSchema, created: z.boolean().describe('False: you already watched it') }), ...errors(400, 401, 404, 409) },
+    }),
     async (req) => watchResultView(await watch(ctx, caller(req), req.body)),
   );
 
   r.delete(
     '/watches/:id',
-    {
-      schema: {
-        tags,
-        summary: 'Stop a watch of yours',
-        params: z.object({ id: WatchId }),
-        response: { 200: z.object({ id: z.string(), removed: z.literal(true) }), ...errors(401, 404) },
-      },
-    },
+    route(tags, 'Stop a watch of yours', {
+      params: z.object({ id: WatchId }),
+      response: { 200: z.object({ id: z.string(), removed: z.literal(true) }), ...errors(401, 404) },
+    }),
     async (req) => unwatchView(await unwatch(ctx, caller(req), { watch_id: req.params.id })),
   );
 }

@@ -1,5 +1,3 @@
-import type { FastifyInstance } from 'fastify';
-import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
 import { acceptInvite, createInvite, INVITE_DEFAULT_DAYS, INVITE_MAX_DAYS, listInvites, revokeInvite } from '../../core/invites.js';
@@ -8,7 +6,7 @@ import { createWorkspaceFor, listWorkspaces } from '../../core/workspaces.js';
 import { ROLES } from '../../policy/principal.js';
 import { RecordId } from '../schemas.js';
 import { caller } from '../shared/caller.js';
-import { errors, optionalBody } from '../shared/schemas.js';
+import { errors, optionalBody, route, type RestApp } from '../shared/schemas.js';
 
 const Role = z.enum(ROLES);
 /** Workspace names: the slug is derived from it. No control characters. */
@@ -72,32 +70,26 @@ function wsOf(params: unknown): string | undefined {
   return typeof ws === 'string' ? ws : undefined;
 }
 
-export async function workspaceRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
-  const r = app.withTypeProvider<ZodTypeProvider>();
-
+export async function workspaceRoutes(r: RestApp, ctx: CoreContext): Promise<void> {
   r.get(
     '/workspaces',
-    {
-      schema: {
-        tags: ['workspaces'],
-        summary: 'Workspaces you belong to, with your role; an agent sees its one workspace',
-        response: { 200: z.object({ workspaces: z.array(WorkspaceSchema) }), ...errors(401) },
-      },
-    },
+    route(['workspaces'], 'Workspaces you belong to, with your role; an agent sees its one workspace', {
+      response: { 200: z.object({ workspaces: z.array(WorkspaceSchema) }), ...errors(401) },
+    }),
     async (req) => ({ workspaces: await listWorkspaces(ctx, caller(req)) }),
   );
 
   r.post(
     '/workspaces',
-    {
-      config: { auth: 'session' },
-      schema: {
-        tags: ['workspaces'],
-        summary: 'Create a workspace (humans only); you become its owner, the slug comes from the name',
+    route(
+      ['workspaces'],
+      'Create a workspace (humans only); you become its owner, the slug comes from the name',
+      {
         body: z.strictObject({ name: WorkspaceName }),
         response: { 201: WorkspaceSchema, ...errors(400, 401, 403) },
       },
-    },
+      { auth: 'session' },
+    ),
     async (req, reply) => reply.code(201).send(await createWorkspaceFor(ctx, caller(req), req.body.name)),
   );
 
@@ -106,101 +98,100 @@ export async function workspaceRoutes(app: FastifyInstance, ctx: CoreContext): P
 
     r.get(
       `${base}/members`,
-      {
-        config: { auth: 'session' },
-        schema: {
-          tags: ['members'],
-          summary: `Members of ${where}`,
+      route(
+        ['members'],
+        `Members of ${where}`,
+        {
           params: z.object(wsParam),
           response: { 200: z.object({ members: z.array(MemberSchema) }), ...errors(401, 403, 404) },
         },
-      },
+        { auth: 'session' },
+      ),
       async (req) => ({ members: await listMembers(ctx, caller(req), wsOf(req.params)) }),
     );
 
     r.patch(
       `${base}/members/:id`,
-      {
-        config: { auth: 'session' },
-        schema: {
-          tags: ['members'],
-          summary: `Change a member's role in ${where} (owner); the last owner cannot be demoted`,
+      route(
+        ['members'],
+        `Change a member's role in ${where} (owner); the last owner cannot be demoted`,
+        {
           params: z.object({ ...wsParam, id: RecordId }),
           body: z.strictObject({ role: Role }),
           response: { 200: MemberSchema, ...errors(400, 401, 403, 404, 409) },
         },
-      },
+        { auth: 'session' },
+      ),
       async (req) => changeRole(ctx, caller(req), wsOf(req.params), req.params.id, req.body.role),
     );
 
     r.delete(
       `${base}/members/:id`,
-      {
-        config: { auth: 'session' },
-        schema: {
-          tags: ['members'],
-          summary: `Remove a member from ${where} (owner), or leave it (your own id); the last owner cannot leave`,
+      route(
+        ['members'],
+        `Remove a member from ${where} (owner), or leave it (your own id); the last owner cannot leave`,
+        {
           params: z.object({ ...wsParam, id: RecordId }),
           response: {
             200: z.object({ removed: z.literal(true), id: z.string(), workspace_id: z.string(), left: z.boolean() }),
             ...errors(401, 403, 404, 409),
           },
         },
-      },
+        { auth: 'session' },
+      ),
       async (req) => ({ removed: true as const, ...(await removeMember(ctx, caller(req), wsOf(req.params), req.params.id)) }),
     );
 
     r.get(
       `${base}/invites`,
-      {
-        config: { auth: 'session' },
-        schema: {
-          tags: ['invites'],
-          summary: `Invites of ${where} (owner); hints only, never tokens`,
+      route(
+        ['invites'],
+        `Invites of ${where} (owner); hints only, never tokens`,
+        {
           params: z.object(wsParam),
           response: { 200: z.object({ invites: z.array(InviteSchema) }), ...errors(401, 403, 404) },
         },
-      },
+        { auth: 'session' },
+      ),
       async (req) => ({ invites: await listInvites(ctx, caller(req), wsOf(req.params)) }),
     );
 
     r.post(
       `${base}/invites`,
-      {
-        config: { auth: 'session' },
-        schema: {
-          tags: ['invites'],
-          summary: `Create an invite to ${where} (owner); the token and accept_url are in this answer only, no mail is sent`,
+      route(
+        ['invites'],
+        `Create an invite to ${where} (owner); the token and accept_url are in this answer only, no mail is sent`,
+        {
           params: z.object(wsParam),
           body: InviteBody,
           response: { 201: NewInviteSchema, ...errors(400, 401, 403, 404, 409) },
         },
-      },
+        { auth: 'session' },
+      ),
       async (req, reply) => reply.code(201).send(await createInvite(ctx, caller(req), wsOf(req.params), req.body)),
     );
 
     r.delete(
       `${base}/invites/:id`,
-      {
-        config: { auth: 'session' },
-        schema: {
-          tags: ['invites'],
-          summary: `Revoke an invite of ${where} (owner)`,
+      route(
+        ['invites'],
+        `Revoke an invite of ${where} (owner)`,
+        {
           params: z.object({ ...wsParam, id: RecordId }),
           response: { 200: InviteSchema, ...errors(401, 403, 404, 409) },
         },
-      },
+        { auth: 'session' },
+      ),
       async (req) => revokeInvite(ctx, caller(req), wsOf(req.params), req.params.id),
     );
   }
 
   r.post(
     '/invites/:token/accept',
-    {
-      config: { auth: 'session' },
-      schema: {
-        tags: ['invites'],
-        summary: 'Accept an invite: join its workspace with its role (needs X-CSRF-Token)',
+    route(
+      ['invites'],
+      'Accept an invite: join its workspace with its role (needs X-CSRF-Token)',
+      {
         params: z.object({ token: z.string().min(1).max(200) }),
         body: optionalBody(z.strictObject({})),
         response: {
@@ -208,7 +199,8 @@ export async function workspaceRoutes(app: FastifyInstance, ctx: CoreContext): P
           ...errors(401, 403, 404, 409, 410),
         },
       },
-    },
+      { auth: 'session' },
+    ),
     async (req) => acceptInvite(ctx, caller(req), req.params.token),
   );
 }

@@ -1,3 +1,12 @@
+import type {
+  FastifyBaseLogger,
+  FastifyContextConfig,
+  FastifyInstance,
+  RawReplyDefaultExpression,
+  RawRequestDefaultExpression,
+  RawServerDefault,
+} from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 
 /** Schema helpers of the JSON faces (REST and /api/auth); the OpenAPI document is generated from them. */
@@ -10,6 +19,9 @@ export const ErrorBody = z
   .catchall(z.unknown())
   .describe('Every error: the code is repeated at the top level');
 
+/** The REST face as its route groups see it: zod schemas type each handler's request and reply. */
+export type RestApp = FastifyInstance<RawServerDefault, RawRequestDefaultExpression, RawReplyDefaultExpression, FastifyBaseLogger, ZodTypeProvider>;
+
 /** Errors a route may answer, for the OpenAPI document. */
 export function errors(...statuses: number[]): Record<number, typeof ErrorBody> {
   const out: Record<number, typeof ErrorBody> = {};
@@ -20,4 +32,14 @@ export function errors(...statuses: number[]): Record<number, typeof ErrorBody> 
 /** A body that may be left out entirely (no content): it is then read as `{}`. */
 export function optionalBody<T extends z.ZodType>(schema: T) {
   return z.preprocess((v) => v ?? {}, schema);
+}
+
+/**
+ * A route's options: OpenAPI tags and summary first, then the rest of its schema (params, body,
+ * response…), and the face config (who may call it) when there is one. Keeps each declaration to
+ * what differs from its neighbours; the generated document is the same as spelling it out.
+ */
+export function route<S extends object>(tags: string[], summary: string | undefined, schema: S, config?: FastifyContextConfig) {
+  const head = summary === undefined ? { tags } : { tags, summary };
+  return { ...(config === undefined ? {} : { config }), schema: { ...head, ...schema } };
 }

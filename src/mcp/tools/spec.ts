@@ -53,6 +53,13 @@ function landedOrProposed(o: PublicOutcome): unknown {
   throw new Error('The change neither landed nor became a proposal');
 }
 
+/** Archive and restore act on one page (id, or its alias node_id) or on every page of a folder. */
+const PageOrFolder = {
+  id: PageRef.optional(),
+  node_id: PageRef.optional().describe('Alias of id'),
+  cluster_path: z.string().min(1).max(PATH_MAX_CHARS).optional(),
+};
+
 export const SPEC_TOOLS: ToolDef[] = [
   tool({
     name: 'context_bundle',
@@ -197,9 +204,7 @@ export const SPEC_TOOLS: ToolDef[] = [
     name: 'context_archive',
     description: 'Archive a page (id) or every page of a folder (cluster_path space/folder). Without write it becomes a proposal (result: proposed: true).',
     schema: z.strictObject({
-      id: PageRef.optional(),
-      node_id: PageRef.optional().describe('Alias of id'),
-      cluster_path: z.string().min(1).max(PATH_MAX_CHARS).optional(),
+      ...PageOrFolder,
       reason: ArchiveReasonInput,
     }),
     grants: ['write', 'propose'],
@@ -216,9 +221,7 @@ export const SPEC_TOOLS: ToolDef[] = [
     name: 'context_restore',
     description: 'Return an archived page (id) or every archived page of a folder (cluster_path) to active.',
     schema: z.strictObject({
-      id: PageRef.optional(),
-      node_id: PageRef.optional().describe('Alias of id'),
-      cluster_path: z.string().min(1).max(PATH_MAX_CHARS).optional(),
+      ...PageOrFolder,
     }),
     grants: ['write'],
     readOnly: false,
