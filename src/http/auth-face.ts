@@ -8,7 +8,7 @@ import { enrollTotp, stepUp, verifyLoginCode } from '../core/second-factor.js';
 import type { CoreContext } from '../core/context.js';
 import { describeCaller, signedInAs } from '../core/identity.js';
 import { sessionUserView } from '../presenters/identity.js';
-import { IdParams, RevokedSchema } from './schemas.js';
+import { IdParams, RevokedSchema, Timestamp } from './schemas.js';
 import { addCallerHook, caller } from './shared/caller.js';
 import { errors, optionalBody, route } from './shared/schemas.js';
 import { setSessionCookies } from './shared/session-cookies.js';
@@ -181,9 +181,9 @@ async function sessionRoutes(app: FastifyInstance, ctx: CoreContext): Promise<vo
             sessions: z.array(
               z.object({
                 id: z.string(),
-                created_at: z.string(),
-                last_seen_at: z.string(),
-                expires_at: z.string(),
+                created_at: Timestamp,
+                last_seen_at: Timestamp,
+                expires_at: Timestamp,
                 pending: z.boolean(),
                 current: z.boolean(),
               }),

@@ -5,6 +5,13 @@ import { pageTotals } from '../core/pages/read.js';
 import { databaseHealth } from '../core/health.js';
 import { GIT_SHA, VERSION } from '../version.js';
 import { route } from './shared/schemas.js';
+import { Timestamp } from './schemas.js';
+
+/**
+ * A background failure as an anonymous caller sees it: a fixed sentence, never the error's own
+ * text (it may name an upstream host, a key, SQL or data; the server log has it), or null.
+ */
+const RedactedError = z.string().nullable();
 
 /** Vectors trail writes: `backlog` pages wait for them; `degraded` while the provider fails (writes go on). */
 const Embeddings = z.object({
@@ -13,8 +20,8 @@ const Embeddings = z.object({
   model: z.string(),
   dimensions: z.number(),
   backlog: z.number().nullable(),
-  last_error: z.string().nullable(),
-  last_error_at: z.string().nullable(),
+  last_error: RedactedError,
+  last_error_at: Timestamp.nullable(),
 });
 
 /**
@@ -25,9 +32,9 @@ const Reindex = z.object({
   state: z.enum(['none', 'pending', 'running', 'finished', 'unknown']),
   done: z.number(),
   total: z.number().nullable(),
-  started_at: z.string().nullable(),
-  finished_at: z.string().nullable(),
-  last_error: z.string().nullable(),
+  started_at: Timestamp.nullable(),
+  finished_at: Timestamp.nullable(),
+  last_error: RedactedError,
 });
 
 /** `/readyz`, ready (200) or not (503). */
@@ -56,7 +63,7 @@ export async function healthFace(face: FastifyInstance): Promise<void> {
       undefined,
       {
         response: {
-          200: z.object({ status: z.literal('ok'), version: z.string(), nodes: z.number(), indexed_at: z.string().nullable() }),
+          200: z.object({ status: z.literal('ok'), version: z.string(), nodes: z.number(), indexed_at: Timestamp.nullable() }),
           503: z.object({ status: z.literal('unavailable'), version: z.string() }),
         },
       },

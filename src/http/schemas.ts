@@ -12,6 +12,9 @@ import { PageRef } from '../core/pages/input.js';
 
 export const Level = z.enum(LEVELS);
 
+/** A time, as the service writes every one: ISO 8601 in UTC (`2025-01-31T12:00:00.000Z`). */
+export const Timestamp = z.string();
+
 /** `:id` of the page routes. */
 export const PageRefParams = z.object({ id: PageRef.describe('A page id (pg_…) or its URL-encoded path') });
 
@@ -50,13 +53,13 @@ export const PageRecordSchema = z.object({
   sensitivity: z.string(),
   state: z.string(),
   archived_reason: z.string().nullable(),
-  archived_at: z.string().nullable(),
+  archived_at: Timestamp.nullable(),
   commit_sha: z.string(),
   content_hash: z.string().describe('git blob sha of the raw content (of a redacted view: `r-` and a hash of what you see); the ETag is this value quoted'),
   redacted: z.boolean(),
-  created_at: z.string(),
-  updated_at: z.string(),
-  last_touched_at: z.string().nullable(),
+  created_at: Timestamp,
+  updated_at: Timestamp,
+  last_touched_at: Timestamp.nullable(),
   created_by: z.string(),
   updated_by: z.string(),
   section: z.string().optional(),
@@ -81,9 +84,9 @@ export const ProposalSchema = z.object({
   params: z.record(z.string(), z.unknown()),
   reason: z.string(),
   proposer: z.string(),
-  created_at: z.string(),
+  created_at: Timestamp,
   decided_by: z.string().nullable(),
-  decided_at: z.string().nullable(),
+  decided_at: Timestamp.nullable(),
   decision_reason: z.string().nullable(),
   result_commit: z.string().nullable(),
   superseded_by: z.string().nullable(),
@@ -102,8 +105,8 @@ export const AgentSchema = z.object({
   ceiling: z.string(),
   creator: z.string().nullable(),
   grants: z.array(z.object({ action: z.string(), scope: z.string(), ceiling: z.string() })),
-  created_at: z.string(),
-  suspended_at: z.string().nullable().describe('Set while suspended: its creator left the workspace; an owner adopts it'),
+  created_at: Timestamp,
+  suspended_at: Timestamp.nullable().describe('Set while suspended: its creator left the workspace; an owner adopts it'),
 });
 
 export const PrincipalSummarySchema = z.object({
@@ -114,8 +117,8 @@ export const PrincipalSummarySchema = z.object({
   role: z.string().optional(),
   ceiling: z.string().nullable().optional(),
   creator: z.string().nullable().optional(),
-  created_at: z.string().optional(),
-  suspended_at: z.string().nullable().optional(),
+  created_at: Timestamp.optional(),
+  suspended_at: Timestamp.nullable().optional(),
 });
 
 export const KeySchema = z.object({
@@ -124,13 +127,13 @@ export const KeySchema = z.object({
   hint: z.string(),
   ceiling: z.string().nullable(),
   ip_pin: z.string().nullable(),
-  expires_at: z.string().nullable(),
-  revoked_at: z.string().nullable(),
-  created_at: z.string(),
-  last_used_at: z.string().nullable(),
+  expires_at: Timestamp.nullable(),
+  revoked_at: Timestamp.nullable(),
+  created_at: Timestamp,
+  last_used_at: Timestamp.nullable(),
 });
 
-export const SpaceSchema = z.object({ id: z.string(), name: z.string(), summary: z.string(), created_at: z.string() });
+export const SpaceSchema = z.object({ id: z.string(), name: z.string(), summary: z.string(), created_at: Timestamp });
 
 export type TreeFolderShape = {
   path: string;
@@ -151,7 +154,7 @@ export const TreeFolderSchema: z.ZodType<TreeFolderShape> = z.lazy(() =>
     archived: z.boolean(),
     page_count: z.number(),
     folders: z.array(TreeFolderSchema),
-    pages: z.array(z.object({ id: z.string(), path: z.string(), title: z.string(), state: z.string(), sensitivity: z.string(), updated_at: z.string() })),
+    pages: z.array(z.object({ id: z.string(), path: z.string(), title: z.string(), state: z.string(), sensitivity: z.string(), updated_at: Timestamp })),
     truncated: z.boolean().optional(),
   }),
 );

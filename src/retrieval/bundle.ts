@@ -2,7 +2,7 @@ import type { RetrievalContext } from './context.js';
 import { badRequest, forbidden } from '../errors/index.js';
 import { hasActionWithin } from '../policy/access.js';
 import type { Principal } from '../policy/principal.js';
-import { folderPath, visible, type Candidate, type Scope } from './candidates.js';
+import { folderPath, sectionsOfPages, visible, type Candidate, type Scope } from './candidates.js';
 import { queryTerms } from './keyword.js';
 import { assertUsableScope } from './scope.js';
 import { keywordList, rankHybrid, vectorList } from './search.js';
@@ -276,34 +276,10 @@ async function linkedSections(ctx: RetrievalContext, p: Principal, scope: Scope,
     targets.push({ id, score: (scoreOf.get(l.source_id) ?? 0) / 2 });
   }
   if (targets.length === 0) return [];
-  const rows = await db
-    .selectFrom('page_sections as s')
-    .innerJoin('pages as p', 'p.id', 's.page_id')
-    .select([
-      's.page_id',
-      's.ord',
-      's.heading',
-      's.text',
-      's.block_level',
-      'p.path',
-      'p.title',
-      'p.space',
-      'p.cluster_path',
-      'p.tags',
-      'p.state',
-      'p.sensitivity',
-      'p.commit_sha',
-      'p.updated_at',
-    ])
-    .where(
-      's.page_id',
-      'in',
-      targets.map((t) => t.id),
-    )
-    .where('p.deleted_at', 'is', null)
-    .orderBy('s.page_id')
-    .orderBy('s.ord')
-    .execute();
+  const rows = await sectionsOfPages(
+    ctx,
+    targets.map((t) => t.id),
+  );
   const out: { c: Candidate; score: number }[] = [];
   for (const t of targets.sort((a, b) => b.score - a.score)) {
     const first = rows.find((r) => r.page_id === t.id && visible(p, 'read', r) && (scope.includeArchived || r.state === 'active') && inScope(scope, r));

@@ -140,6 +140,20 @@ function where(p: Principal, scope: Scope, allowed: Level[]): RawBuilder<unknown
 
 const COLS = sql`s.page_id, s.ord, s.heading, s.text, s.block_level, p.path, p.title, p.space, p.cluster_path, p.tags, p.state, p.sensitivity, p.commit_sha, p.updated_at`;
 
+/**
+ * Every section of these pages, with the page fields a candidate carries (deleted pages left
+ * out), in page then section order; unfiltered: the caller judges each one (`visible`, scope).
+ */
+export async function sectionsOfPages(ctx: RetrievalContext, pageIds: readonly string[]): Promise<Omit<Candidate, 'score'>[]> {
+  if (pageIds.length === 0) return [];
+  return (
+    await sql<Omit<Candidate, 'score'>>`
+    select ${COLS} from page_sections s join pages p on p.id = s.page_id
+    where s.page_id in (${sql.join(pageIds)}) and p.deleted_at is null
+    order by s.page_id, s.ord`.execute(ctx.store.db)
+  ).rows;
+}
+
 function allowedLevels(p: Principal, action: Action): Level[] | null {
   const ceiling = widestCeiling(p, action);
   return ceiling === null ? null : LEVELS.filter((l) => atOrBelow(l, ceiling));

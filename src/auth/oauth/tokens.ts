@@ -1,3 +1,4 @@
+import { sql } from 'kysely';
 import type { CoreContext } from '../../core/context.js';
 import { appendAudit } from '../../core/audit.js';
 import { nowIso } from '../../core/ids.js';
@@ -58,6 +59,16 @@ async function grantProblem(db: Executor, g: OAuthGrantsTable): Promise<string |
   return null;
 }
 
+/** Revokes the tokens not revoked yet: every one a grant issued (`grant_id`), or one (`id`). */
+async function revokeTokens(trx: Executor, by: 'grant_id' | 'id', value: string, now: Date): Promise<void> {
+  await trx
+    .updateTable('oauth_tokens')
+    .set({ revoked_at: nowIso(now) })
+    .where(by, '=', value)
+    .where('revoked_at', 'is', null)
+    .execute();
+}
+
 /** Ends a grant and every token it issued (a replayed code or refresh token, a revocation). */
 async function revokeGrant(trx: Executor, g: OAuthGrantsTable, reason: string, by: string | null, now: Date): Promise<void> {
   await trx
@@ -66,12 +77,7 @@ async function revokeGrant(trx: Executor, g: OAuthGrantsTable, reason: string, b
     .where('id', '=', g.id)
     .where('revoked_at', 'is', null)
     .execute();
-  await trx
-    .updateTable('oauth_tokens')
-    .set({ revoked_at: nowIso(now) })
-    .where('grant_id', '=', g.id)
-    .where('revoked_at', 'is', null)
-    .execute();
+  await revokeTokens(trx, 'grant_id', g.id, now);
   await appendAudit(trx, g.workspace_id, { principalId: by, action: 'oauth.grant.revoked', detail: { grant: g.id, client: g.client_id, reason } }, now);
 }
 
@@ -80,25 +86,63 @@ async function revokeGrant(trx: Executor, g: OAuthGrantsTable, reason: string, b
  * membership is re-read at every use, but a person invited back must not find old tokens alive.
  */
 export async function revokePersonsGrants(trx: Executor, workspaceId: string, principalId: string, reason: string, by: string, now: Date): Promise<void> {
-  const grants = await trx
+  const grants = await liveGrantsOf(trx, workspaceId, principalId).execute();
+  for (const g of grants) await revokeGrant(trx, g, reason, by, now);
+}
+
+/** The person's grants in a workspace that were not revoked (whether they still hold is grantProblem's question). */
+function liveGrantsOf(db: Executor, workspaceId: string, principalId: string) {
+  return db
     .selectFrom('oauth_grants')
     .selectAll()
     .where('workspace_id', '=', workspaceId)
     .where('principal_id', '=', principalId)
-    .where('revoked_at', 'is', null)
-    .execute();
-  for (const g of grants) await revokeGrant(trx, g, reason, by, now);
+    .where('revoked_at', 'is', null);
 }
 
+/** The single-use credentials (a code, a refresh token) and the column holding their hash. */
+const SINGLE_USE = { oauth_codes: 'code_hash', oauth_tokens: 'token_hash' } as const;
+
 /**
- * Whether the conditional update that spends a single-use credential (a code, a refresh token)
- * spent it. When it was spent already, the grant dies here; the caller returns instead of
- * throwing, so the revocation is committed before the error is answered.
+ * Spends a single-use credential, decided by the database: of two concurrent uses only one
+ * marks it. Whether this use spent it: when it was spent already, the grant dies here; the
+ * caller returns instead of throwing, so the revocation is committed before the error is answered.
  */
-async function firstUse(trx: Executor, spent: { numUpdatedRows: bigint }, g: OAuthGrantsTable, reason: string, now: Date): Promise<boolean> {
+async function firstUse(trx: Executor, table: keyof typeof SINGLE_USE, hash: string, g: OAuthGrantsTable, reason: string, now: Date): Promise<boolean> {
+  const spent = await trx
+    .updateTable(table)
+    .set({ used_at: nowIso(now) })
+    .where(sql.ref(SINGLE_USE[table]), '=', hash)
+    .where('used_at', 'is', null)
+    .executeTakeFirst();
   if (Number(spent.numUpdatedRows) > 0) return true;
   await revokeGrant(trx, g, reason, null, now);
   return false;
+}
+
+/**
+ * The grant a credential was issued under, or null when it was issued to another client (the
+ * grant exists: a credential's row goes with its grant's).
+ */
+async function clientGrant(db: Executor, grantId: string, client: ClientRecord): Promise<OAuthGrantsTable | null> {
+  const g = await db.selectFrom('oauth_grants').selectAll().where('id', '=', grantId).executeTakeFirstOrThrow();
+  return g.client_id === client.id ? g : null;
+}
+
+/** What both token grants end with: the resource checked, the grant still holding, then new tokens. */
+async function issueIfHolds(
+  ctx: CoreContext,
+  trx: Executor,
+  g: OAuthGrantsTable,
+  resource: string | undefined,
+  now: Date,
+  how: 'authorization_code' | 'refresh_token',
+  withRefresh: boolean,
+): Promise<TokenResponse> {
+  checkResource(ctx, g, resource);
+  const problem = await grantProblem(trx, g);
+  if (problem) throw invalidGrant(`The authorization no longer holds: ${problem}`);
+  return issue(ctx, trx, g, now, how, withRefresh);
 }
 
 /** A fresh access and refresh token for a grant. */
@@ -157,43 +201,20 @@ export async function exchangeCode(ctx: CoreContext, client: ClientRecord, x: Co
   if (!x.codeVerifier) throw new ServiceError(400, 'invalid_request', 'code_verifier is required (PKCE)');
   if (!VERIFIER_RE.test(x.codeVerifier)) throw new ServiceError(400, 'invalid_request', 'code_verifier must be 43 to 128 unreserved characters');
   const db = ctx.store.db;
-  const found = await db
-    .selectFrom('oauth_codes')
-    .innerJoin('oauth_grants', 'oauth_grants.id', 'oauth_codes.grant_id')
-    .select([
-      'oauth_codes.code_hash',
-      'oauth_codes.redirect_uri',
-      'oauth_codes.redirect_uri_named',
-      'oauth_codes.code_challenge',
-      'oauth_codes.expires_at',
-      'oauth_codes.used_at',
-    ])
-    .select('oauth_grants.id as grantId')
-    .where('oauth_codes.code_hash', '=', hashSecret(x.code))
-    .executeTakeFirst();
+  const found = await db.selectFrom('oauth_codes').selectAll().where('code_hash', '=', hashSecret(x.code)).executeTakeFirst();
   if (!found) throw invalidGrant('The code is invalid or expired');
-  const grant = await db.selectFrom('oauth_grants').selectAll().where('id', '=', found.grantId).executeTakeFirstOrThrow();
-  if (grant.client_id !== client.id) throw invalidGrant('The code was issued to another client');
+  const grant = await clientGrant(db, found.grant_id, client);
+  if (!grant) throw invalidGrant('The code was issued to another client');
   const now = new Date();
   const outcome = await inTransaction(ctx.store, grant.workspace_id, async (trx) => {
-    // Single use, decided by the database: of two concurrent exchanges only one marks the code.
-    const marked = await trx
-      .updateTable('oauth_codes')
-      .set({ used_at: nowIso(now) })
-      .where('code_hash', '=', found.code_hash)
-      .where('used_at', 'is', null)
-      .executeTakeFirst();
-    if (!(await firstUse(trx, marked, grant, 'authorization code replayed', now))) return 'replayed' as const;
+    if (!(await firstUse(trx, 'oauth_codes', found.code_hash, grant, 'authorization code replayed', now))) return 'replayed' as const;
     if (Date.parse(found.expires_at) <= now.getTime()) throw invalidGrant('The code expired; start the authorization again');
     // RFC 6749 §4.1.3: required (and equal) when the authorization request named it; else, if sent, the one used.
     if (found.redirect_uri_named ? x.redirectUri !== found.redirect_uri : x.redirectUri !== undefined && x.redirectUri !== found.redirect_uri) {
       throw invalidGrant('redirect_uri must be the one of the authorization request');
     }
     if (!pkceMatches(x.codeVerifier!, found.code_challenge)) throw invalidGrant('code_verifier does not match the code_challenge');
-    checkResource(ctx, grant, x.resource);
-    const problem = await grantProblem(trx, grant);
-    if (problem) throw invalidGrant(`The authorization no longer holds: ${problem}`);
-    return issue(ctx, trx, grant, now, 'authorization_code', allowsRefresh(client));
+    return issueIfHolds(ctx, trx, grant, x.resource, now, 'authorization_code', allowsRefresh(client));
   });
   if (outcome === 'replayed') throw invalidGrant('The code was already used; every token it issued is now revoked');
   return outcome;
@@ -215,24 +236,15 @@ export async function refreshTokens(
     .where('kind', '=', 'refresh')
     .executeTakeFirst();
   if (!token) throw invalidGrant('The refresh token is invalid, expired or revoked');
-  const grant = await db.selectFrom('oauth_grants').selectAll().where('id', '=', token.grant_id).executeTakeFirstOrThrow();
-  if (grant.client_id !== client.id) throw invalidGrant('The refresh token was issued to another client');
+  const grant = await clientGrant(db, token.grant_id, client);
+  if (!grant) throw invalidGrant('The refresh token was issued to another client');
   if (x.scope !== undefined && x.scope.split(' ').some((s) => s && s !== grant.scope))
     throw new ServiceError(400, 'invalid_scope', `The only scope is ${grant.scope}`);
   const now = new Date();
   const outcome = await inTransaction(ctx.store, grant.workspace_id, async (trx) => {
     if (token.revoked_at || Date.parse(token.expires_at) <= now.getTime()) throw invalidGrant('The refresh token is invalid, expired or revoked');
-    const rotated = await trx
-      .updateTable('oauth_tokens')
-      .set({ used_at: nowIso(now) })
-      .where('id', '=', token.id)
-      .where('used_at', 'is', null)
-      .executeTakeFirst();
-    if (!(await firstUse(trx, rotated, grant, 'rotated refresh token reused', now))) return 'reused' as const;
-    checkResource(ctx, grant, x.resource);
-    const problem = await grantProblem(trx, grant);
-    if (problem) throw invalidGrant(`The authorization no longer holds: ${problem}`);
-    return issue(ctx, trx, grant, now, 'refresh_token', true);
+    if (!(await firstUse(trx, 'oauth_tokens', token.token_hash, grant, 'rotated refresh token reused', now))) return 'reused' as const;
+    return issueIfHolds(ctx, trx, grant, x.resource, now, 'refresh_token', true);
   });
   if (outcome === 'reused') throw invalidGrant('The refresh token was already used; the authorization is revoked, sign in again');
   return outcome;
@@ -248,17 +260,12 @@ export async function revokeToken(ctx: CoreContext, client: ClientRecord, secret
   const db = ctx.store.db;
   const token = await db.selectFrom('oauth_tokens').selectAll().where('token_hash', '=', hashSecret(secret)).executeTakeFirst();
   if (!token) return;
-  const grant = await db.selectFrom('oauth_grants').selectAll().where('id', '=', token.grant_id).executeTakeFirstOrThrow();
-  if (grant.client_id !== client.id) return;
+  const grant = await clientGrant(db, token.grant_id, client);
+  if (!grant) return;
   const now = new Date();
   await inTransaction(ctx.store, grant.workspace_id, async (trx) => {
     if (token.kind === 'refresh') return revokeGrant(trx, grant, 'refresh token revoked by the client', null, now);
-    await trx
-      .updateTable('oauth_tokens')
-      .set({ revoked_at: nowIso(now) })
-      .where('id', '=', token.id)
-      .where('revoked_at', 'is', null)
-      .execute();
+    await revokeTokens(trx, 'id', token.id, now);
     await appendAudit(trx, grant.workspace_id, { principalId: null, action: 'oauth.token.revoked', detail: { grant: grant.id, client: client.id } }, now);
   });
 }
@@ -380,14 +387,7 @@ export async function listConnections(ctx: CoreContext, p: Principal): Promise<C
 
 /** Revokes one of the person's own connections (404 for anything else). */
 export async function revokeConnection(ctx: CoreContext, p: Principal, id: string): Promise<void> {
-  const g = await ctx.store.db
-    .selectFrom('oauth_grants')
-    .selectAll()
-    .where('id', '=', id)
-    .where('principal_id', '=', p.id)
-    .where('workspace_id', '=', p.workspaceId)
-    .where('revoked_at', 'is', null)
-    .executeTakeFirst();
+  const g = await liveGrantsOf(ctx.store.db, p.workspaceId, p.id).where('id', '=', id).executeTakeFirst();
   if (!g) throw new ServiceError(404, 'not_found', `Connection ${id} not found`);
   await inTransaction(ctx.store, p.workspaceId, (trx) => revokeGrant(trx, g, 'revoked by the person', p.id, new Date()));
 }

@@ -4,12 +4,13 @@ import { ackInbox, INBOX_MAX_WAIT_S, INBOX_STATES, listInbox } from '../../core/
 import { AckSeqs, AckUpTo, inboxAfter, inboxLimit } from '../../core/inbox-input.js';
 import { caller } from '../shared/caller.js';
 import { errors, route, type RestApp } from '../shared/schemas.js';
+import { Timestamp } from '../schemas.js';
 
 const EventSchema = z.object({
   seq: z.number().int().describe('Grows per principal'),
   kind: z.enum(['mention', 'reply', 'proposal', 'conflict', 'thread_locked', 'page_changed', 'watch_digest']),
   state: z.enum(['unread', 'read', 'done']),
-  created_at: z.string(),
+  created_at: Timestamp,
   page_id: z.string().nullable(),
   proposal_id: z.string().nullable(),
   payload: z.record(z.string(), z.unknown()),

@@ -17,7 +17,7 @@ import { ArchiveReasonInput, BODY_PATH_MAX_CHARS, CommitMessage, PATH_MAX_CHARS,
 import { proposedView } from '../../presenters/proposals.js';
 import { writeResultView } from '../../presenters/pages.js';
 import { caller } from '../shared/caller.js';
-import { PageRefParams, ProposedSchema, PageRecordSchema, WriteResultSchema } from '../schemas.js';
+import { PageRefParams, ProposedSchema, PageRecordSchema, WriteResultSchema, Timestamp } from '../schemas.js';
 import { errors, optionalBody, route, type RestApp } from '../shared/schemas.js';
 
 const Frontmatter = z.record(z.string(), z.unknown());
@@ -162,7 +162,7 @@ export async function nodeRoutes(r: RestApp, ctx: CoreContext): Promise<void> {
               content_hash: z.string().nullable(),
               message: z.string(),
               principal_id: z.string(),
-              created_at: z.string(),
+              created_at: Timestamp,
             }),
           ),
           next_before: z.string().nullable().describe('Pass as before= for the next page'),

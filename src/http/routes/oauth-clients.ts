@@ -3,6 +3,7 @@ import { listConnections, revokeConnection } from '../../auth/oauth/tokens.js';
 import type { CoreContext } from '../../core/context.js';
 import { caller } from '../shared/caller.js';
 import { errors, route, type RestApp } from '../shared/schemas.js';
+import { Timestamp } from '../schemas.js';
 
 const ConnectionSchema = z.object({
   id: z.string().describe('The connection (one consent); DELETE it to disconnect'),
@@ -11,8 +12,8 @@ const ConnectionSchema = z.object({
   client_from: z.string().nullable().describe("For a client identified by its metadata document URL: that URL's host, which is what vouches for it"),
   redirect_hosts: z.array(z.string()),
   resource: z.string().describe('The MCP endpoint its tokens are bound to'),
-  created_at: z.string(),
-  last_used_at: z.string().nullable(),
+  created_at: Timestamp,
+  last_used_at: Timestamp.nullable(),
 });
 
 /** The applications a person connected over OAuth (issue 14), in the current workspace. */

@@ -3,7 +3,7 @@ import type { CoreContext } from '../../core/context.js';
 import { MessageBody, MessageId, MessageKind, mentionList, threadAfter } from '../../core/thread-input.js';
 import { getThread, markThreadRead, postMessage, THREAD_KINDS, unlockThread } from '../../core/threads.js';
 import { caller } from '../shared/caller.js';
-import { PageRefParams } from '../schemas.js';
+import { PageRefParams, Timestamp } from '../schemas.js';
 import { errors, optionalBody, route, type RestApp } from '../shared/schemas.js';
 
 const AuthorSchema = z.object({ id: z.string(), name: z.string(), kind: z.enum(['human', 'agent']) });
@@ -16,14 +16,14 @@ const MessageSchema = z.object({
   body: z.string(),
   reply_to: z.string().nullable(),
   mentions: z.array(z.string()).describe('Principal ids mentioned'),
-  created_at: z.string(),
+  created_at: Timestamp,
 });
 
 const ThreadStateSchema = z.object({
   page_id: z.string(),
   path: z.string(),
   locked: z.boolean().describe('Locked by the loop breaker: agents cannot post until an editor or owner unlocks it'),
-  locked_at: z.string().nullable(),
+  locked_at: Timestamp.nullable(),
   agent_hops: z.number().int().describe('Consecutive agent-authored messages; the 4th locks the thread'),
   unread: z.number().int().describe('Messages by others after your last read'),
   last_read_seq: z.number().int(),
@@ -37,7 +37,7 @@ const PostBody = z.strictObject({
 });
 
 const PostResultSchema = MessageSchema.extend({
-  thread: z.object({ locked: z.boolean(), locked_at: z.string().nullable(), agent_hops: z.number().int() }),
+  thread: z.object({ locked: z.boolean(), locked_at: Timestamp.nullable(), agent_hops: z.number().int() }),
 });
 
 export async function threadRoutes(r: RestApp, ctx: CoreContext): Promise<void> {
@@ -99,7 +99,7 @@ export async function threadRoutes(r: RestApp, ctx: CoreContext): Promise<void> 
           200: ThreadStateSchema.extend({
             changed: z.boolean().describe('false when the thread was not locked'),
             unlocked_by: z.string().nullable(),
-            unlocked_at: z.string().nullable(),
+            unlocked_at: Timestamp.nullable(),
           }),
           ...errors(400, 401, 403, 404),
         },

@@ -5,13 +5,14 @@ import { listWatches, unwatch, watch } from '../../core/watches.js';
 import { unwatchView, watchListView, watchResultView } from '../../presenters/watches.js';
 import { caller } from '../shared/caller.js';
 import { errors, route, type RestApp } from '../shared/schemas.js';
+import { Timestamp } from '../schemas.js';
 
 const WatchSchema = z.object({
   id: z.string(),
   kind: z.enum(['page', 'folder']),
   node_id: z.string().nullable().describe('The watched page (page watches); the watch follows it through moves'),
   path: z.string().describe('The folder or Space; for a page, where it is now'),
-  created_at: z.string(),
+  created_at: Timestamp,
   delivering: z.boolean().describe('False when nothing will arrive: the key it was made with is dead, or the target is out of your sight'),
 });
 

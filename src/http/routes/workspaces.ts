@@ -4,7 +4,7 @@ import { acceptInvite, createInvite, INVITE_DEFAULT_DAYS, INVITE_MAX_DAYS, listI
 import { changeRole, listMembers, removeMember } from '../../core/members.js';
 import { createWorkspaceFor, listWorkspaces } from '../../core/workspaces.js';
 import { ROLES } from '../../policy/principal.js';
-import { RecordId } from '../schemas.js';
+import { RecordId, Timestamp } from '../schemas.js';
 import { caller } from '../shared/caller.js';
 import { errors, optionalBody, route, type RestApp } from '../shared/schemas.js';
 
@@ -23,7 +23,7 @@ const WorkspaceSchema = z.object({
   name: z.string(),
   role: Role.nullable().describe('Your role there; null for an agent (agents act through grants)'),
   current: z.boolean().describe('The workspace this request works in'),
-  created_at: z.string(),
+  created_at: Timestamp,
 });
 
 const MemberSchema = z.object({
@@ -31,7 +31,7 @@ const MemberSchema = z.object({
   name: z.string(),
   email: z.string().nullable(),
   role: Role,
-  joined_at: z.string(),
+  joined_at: Timestamp,
 });
 
 const InviteSchema = z.object({
@@ -41,10 +41,10 @@ const InviteSchema = z.object({
   hint: z.string().describe('`iv_…` and the last four characters of the token; the token itself is never listed'),
   state: z.enum(['pending', 'accepted', 'revoked', 'expired']),
   created_by: z.string(),
-  created_at: z.string(),
-  expires_at: z.string(),
-  revoked_at: z.string().nullable(),
-  accepted_at: z.string().nullable(),
+  created_at: Timestamp,
+  expires_at: Timestamp,
+  revoked_at: Timestamp.nullable(),
+  accepted_at: Timestamp.nullable(),
   accepted_by: z.string().nullable(),
 });
 
