@@ -23,7 +23,7 @@ const FOLDERS = {
   // What both faces use: presenters (the JSON shape of a record) and the HTTP helpers (error
   // rendering, session cookies, the caller hook). Listed before `face`, which holds src/http/.
   'face-shared': ['presenters', 'http/shared'],
-  face: ['http', 'mcp', 'web', 'oauth'],
+  face: ['http', 'mcp', 'web', 'oauth', 'git'],
   auth: ['auth'],
   core: ['core'],
   policy: ['policy'],

@@ -14,6 +14,7 @@ import { openRateLimitStore } from './store/rate-limits.js';
 import { restFace } from './http/rest-face.js';
 import { decoratePrincipal } from './http/shared/caller.js';
 import { sendError, toServiceError } from './http/shared/errors.js';
+import { gitFace } from './git/face.js';
 import { mcpFace } from './mcp/face.js';
 import { oauthFace } from './oauth/face.js';
 import { VERSION } from './version.js';
@@ -104,5 +105,6 @@ export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise
   await app.register(webFace);
   await app.register(mcpFace);
   await app.register(oauthFace);
+  await app.register(gitFace);
   return app;
 }

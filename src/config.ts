@@ -31,6 +31,8 @@ const schema = z.object({
   OAUTH_REFRESH_TOKEN_TTL_S: z.coerce.number().int().min(300).max(31536000).default(2592000),
   OAUTH_REDIRECT_ALLOWLIST: z.string().optional(),
   OAUTH_CIMD_ALLOW_LOOPBACK: z.enum(['on', 'off']).default('off'),
+  GIT_CACHE_DIR: z.string().min(1).optional(),
+  GIT_PUSH_MAX_MB: z.coerce.number().int().min(1).max(4096).default(100),
   EMBEDDINGS: z.enum(['builtin', 'openai']).default('builtin'),
   EMBEDDINGS_URL: z.string().url().optional(),
   EMBEDDINGS_MODEL: z.string().min(1).max(200).optional(),
@@ -59,7 +61,16 @@ export interface Config {
   requireTotp: boolean;
   rateLimits: RateLimits;
   oauth: OAuthConfig;
+  git: GitConfig;
   embeddings: EmbeddingsConfig;
+}
+
+/** The git face (/git/<slug>.git): where its cache repositories live and how big a push may be. */
+export interface GitConfig {
+  /** One bare repository per workspace, rebuilt from the database when missing (default DATA_DIR/git-cache). */
+  cacheDir: string;
+  /** The largest push body accepted, in bytes (GIT_PUSH_MAX_MB). */
+  pushMaxBytes: number;
 }
 
 /** OAuth 2.1 for MCP clients (src/auth/oauth/): token lifetimes and where clients may redirect. */
@@ -172,6 +183,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       refreshTokenTtlS: c.OAUTH_REFRESH_TOKEN_TTL_S,
       redirectAllowlist: parseRedirectAllowlist(c.OAUTH_REDIRECT_ALLOWLIST),
       cimdAllowLoopback: c.OAUTH_CIMD_ALLOW_LOOPBACK === 'on',
+    },
+    git: {
+      cacheDir: path.resolve(c.GIT_CACHE_DIR ?? path.join(c.DATA_DIR, 'git-cache')),
+      pushMaxBytes: c.GIT_PUSH_MAX_MB * 1024 * 1024,
     },
     embeddings: {
       provider: c.EMBEDDINGS,

@@ -1,3 +1,4 @@
+import { sql, type RawBuilder } from 'kysely';
 import { hashSecret, newSecret, secretHint } from '../auth/secrets.js';
 import { hasStepUp } from '../policy/access.js';
 import type { Principal } from '../policy/principal.js';
@@ -55,27 +56,21 @@ export async function lockdown(
       .where('id', '!=', p.sessionId ?? '')
       .where('principal_id', 'in', (eb) => eb.selectFrom('members').select('principal_id').where('workspace_id', '=', ws.id))
       .executeTakeFirstOrThrow();
-    const invites = await trx
-      .updateTable('invites')
-      .set({ revoked_at: now })
-      .where('workspace_id', '=', ws.id)
-      .where('revoked_at', 'is', null)
-      .where('accepted_at', 'is', null)
-      .executeTakeFirst();
-    const elevations = await trx
-      .updateTable('elevations')
-      .set({ revoked_at: now })
-      .where('workspace_id', '=', ws.id)
-      .where('revoked_at', 'is', null)
-      .where('expires_at', '>', now)
-      .executeTakeFirst();
+    // What is still live of the workspace's invites and elevations ends now too.
+    const revokeLive = async (table: 'invites' | 'elevations', live: RawBuilder<unknown>) =>
+      Number(
+        (await sql`update ${sql.table(table)} set revoked_at = ${now} where workspace_id = ${ws.id} and revoked_at is null and ${live}`.execute(trx))
+          .numAffectedRows ?? 0,
+      );
+    const invites = await revokeLive('invites', sql`accepted_at is null`);
+    const elevations = await revokeLive('elevations', sql`expires_at > ${now}`);
     const n = Number(affected.n);
     const result = {
       workspace: ws.slug,
       token_epoch: epoch,
       sessions_dropped: n,
-      invites_revoked: Number(invites.numUpdatedRows),
-      elevations_revoked: Number(elevations.numUpdatedRows),
+      invites_revoked: invites,
+      elevations_revoked: elevations,
     };
     const { workspace: _w, ...detail } = result;
     await appendAudit(trx, ws.id, { principalId: p.id, action: 'workspace.lockdown', detail });
@@ -183,4 +178,38 @@ export async function mintGitToken(
     await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'git_token.mint', detail: { token: rec.id } });
   });
   return { ...rec, token };
+}
+
+export type GitTokenListing = GitTokenRecord & { revoked_at: string | null };
+
+/** The caller's own git tokens in the current workspace, newest first (hints only). */
+export async function listGitTokens(ctx: CoreContext, p: Principal): Promise<GitTokenListing[]> {
+  if (p.kind !== 'human') throw forbidden('Git tokens are for humans', 'session_required');
+  return ctx.store.db
+    .selectFrom('git_tokens')
+    .select(['id', 'name', 'hint', 'created_at', 'expires_at', 'revoked_at'])
+    .where('workspace_id', '=', p.workspaceId)
+    .where('principal_id', '=', p.id)
+    .orderBy('created_at', 'desc')
+    .orderBy('id', 'desc')
+    .execute();
+}
+
+/** Revokes one of the caller's git tokens, at once (no step-up: revoking only ever takes reach away). */
+export async function revokeGitToken(ctx: CoreContext, p: Principal, tokenId: string): Promise<{ revoked: true; id: string }> {
+  if (p.kind !== 'human') throw forbidden('Git tokens are for humans', 'session_required');
+  await inTransaction(ctx.store, p.workspaceId, async (trx) => {
+    const row = await trx
+      .selectFrom('git_tokens')
+      .select(['id', 'revoked_at'])
+      .where('id', '=', tokenId)
+      .where('workspace_id', '=', p.workspaceId)
+      .where('principal_id', '=', p.id)
+      .executeTakeFirst();
+    if (!row) throw notFound(`Git token ${tokenId} not found`);
+    if (row.revoked_at) return;
+    await trx.updateTable('git_tokens').set({ revoked_at: nowIso() }).where('id', '=', tokenId).execute();
+    await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'git_token.revoke', detail: { token: tokenId } });
+  });
+  return { revoked: true, id: tokenId };
 }

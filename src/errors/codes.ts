@@ -129,6 +129,9 @@ export const ERROR_CODES = {
   /** RFC 7591 §3.2.2. */
   invalid_redirect_uri: 400,
   invalid_client_metadata: 400,
+
+  // Git (/git/<slug>.git): a push the import refuses; git shows the message as `remote:` lines.
+  push_refused: 400,
 } as const satisfies Record<string, number | readonly [number, ...number[]]>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

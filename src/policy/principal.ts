@@ -31,7 +31,8 @@ export interface Principal {
   agentCeiling: Level | null;
   /** The presenting key's ceiling, if it carries one. */
   keyCeiling: Level | null;
-  via: 'session' | 'key' | 'oauth';
+  /** `git`: a git token on /git, which acts only through a push (src/core/git/). */
+  via: 'session' | 'key' | 'oauth' | 'git';
   sessionId: string | null;
   keyId: string | null;
   /** When step-up was last granted (ISO), humans only. */

@@ -451,6 +451,16 @@ const ROWS: Row[] = [
     // Spec "S +U" (not "own"): any human, with step-up (docs/decisions.md "Git tokens").
     expect: { viewer: STEP_UP, editor: STEP_UP, owner: STEP_UP, ownerStepUp: ok(201) },
   },
+  // Git tokens are the signed-in person's own (issue 15); test/git/auth.test.ts revokes a real one and sees git refused.
+  { method: 'GET', route: '/api/v1/me/git-tokens', auth: 'S', request: () => ({ path: '/api/v1/me/git-tokens' }), expect: anyHuman(ok()) },
+  {
+    method: 'DELETE',
+    route: '/api/v1/me/git-tokens/:id',
+    variant: 'a token that is not yours',
+    auth: 'S',
+    request: () => ({ path: '/api/v1/me/git-tokens/gk_not_yours' }),
+    expect: anyHuman(NOT_FOUND),
+  },
   // OAuth connections are the signed-in person's own (issue 14); test/oauth/flow.test.ts revokes a real one.
   { method: 'GET', route: '/api/v1/me/oauth-clients', auth: 'S', request: () => ({ path: '/api/v1/me/oauth-clients' }), expect: anyHuman(ok()) },
   {

@@ -60,11 +60,29 @@ export async function commitFiles(
     message,
   });
   await objects.casRef(MAIN_REF, head, sha);
+  const seq = await recordCommit(trx, workspaceId, { sha, parent: head, principalId: author.id, message, at });
+  return { sha, seq, blobs };
+}
+
+/** Numbers a commit now on main: the next seq of the workspace's line (`commits`). */
+export async function recordCommit(
+  trx: Executor,
+  workspaceId: string,
+  c: { sha: string; parent: string | null; principalId: string; message: string; at: Date },
+): Promise<number> {
   const last = await trx.selectFrom('commits').select('seq').where('workspace_id', '=', workspaceId).orderBy('seq', 'desc').limit(1).executeTakeFirst();
   const seq = (last?.seq ?? 0) + 1;
   await trx
     .insertInto('commits')
-    .values({ workspace_id: workspaceId, seq, sha, parent_sha: head, principal_id: author.id, message, created_at: at.toISOString() })
+    .values({
+      workspace_id: workspaceId,
+      seq,
+      sha: c.sha,
+      parent_sha: c.parent,
+      principal_id: c.principalId,
+      message: c.message,
+      created_at: c.at.toISOString(),
+    })
     .execute();
-  return { sha, seq, blobs };
+  return seq;
 }

@@ -40,6 +40,16 @@ function commitMessage(action: Action, path: string, message: string | undefined
   return m || `${VERB[action]} ${path}`;
 }
 
+/** What changes about one page: shared by commitPage (which makes the commit) and recordPageChange. */
+export interface PageChange {
+  action: Action;
+  existing: PagesTable | null;
+  target: PagePath;
+  content: PageContent | null;
+  /** The author to credit when `p` applies someone else's change (an accepted proposal). */
+  credit?: { id: string; name: string } | undefined;
+}
+
 /**
  * The one place a page change becomes durable: commit, page row, version row, audit
  * entry and the watchers' inbox events, all in the caller's transaction.
@@ -48,18 +58,9 @@ export async function commitPage(
   ctx: CoreContext,
   trx: Transaction<DB>,
   p: Principal,
-  args: {
-    action: Action;
-    existing: PagesTable | null;
-    target: PagePath;
-    content: PageContent | null;
-    message: string | undefined;
-    /** The author to credit when `p` applies someone else's change (an accepted proposal). */
-    credit?: { id: string; name: string } | undefined;
-  },
+  args: PageChange & { message: string | undefined },
 ): Promise<PagesTable> {
   const at = new Date();
-  const now = at.toISOString();
   const { action, existing, target, content } = args;
   const author = args.credit ?? p;
   const changes: { path: string; content: string | null }[] = [];
@@ -67,7 +68,29 @@ export async function commitPage(
   changes.push({ path: target.path, content: content ? content.raw : null });
   const message = commitMessage(action, target.path, args.message);
   const commit = await commitFiles(trx, p.workspaceId, author, changes, message, at, p);
+  return recordPageChange(ctx, trx, p, { ...args, message, commit, blobSha: commit.blobs.get(target.path) ?? null, at });
+}
 
+/**
+ * The page side of a change whose commit already exists (made by commitPage, or pushed over
+ * git with its own ids): page row, keyword index, version row, audit entry and the watchers'
+ * inbox events, in the caller's transaction.
+ */
+export async function recordPageChange(
+  ctx: CoreContext,
+  trx: Transaction<DB>,
+  p: Principal,
+  args: PageChange & {
+    message: string;
+    commit: { sha: string; seq: number };
+    /** The blob of the page's new content (null for a delete). */
+    blobSha: string | null;
+    at: Date;
+  },
+): Promise<PagesTable> {
+  const { action, existing, target, content, message, commit, at } = args;
+  const now = at.toISOString();
+  const author = args.credit ?? p;
   const id = existing?.id ?? newId.page();
   const row: PagesTable = {
     id,
@@ -77,7 +100,7 @@ export async function commitPage(
     cluster_path: target.folderPath,
     title: content?.title ?? existing?.title ?? target.slug,
     content: content?.raw ?? existing?.content ?? '',
-    content_hash: content ? commit.blobs.get(target.path)! : existing!.content_hash,
+    content_hash: content ? args.blobSha! : existing!.content_hash,
     commit_sha: commit.sha,
     sensitivity: content?.sensitivity ?? existing?.sensitivity ?? 'internal',
     block_level: content ? content.blockLevel : (existing?.block_level ?? null),

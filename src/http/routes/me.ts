@@ -55,7 +55,7 @@ export async function meRoutes(r: RestApp, ctx: CoreContext): Promise<void> {
           kind: z.enum(['human', 'agent']),
           workspace: z.object({ id: z.string(), slug: z.string() }),
           role: z.string().nullable(),
-          via: z.enum(['session', 'key', 'oauth']),
+          via: z.enum(['session', 'key', 'oauth', 'git']),
           ceiling: z.string(),
           grants: Grants,
         }),

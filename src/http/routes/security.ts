@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
-import { elevate, ELEVATION_MAX_MINUTES, GIT_TOKEN_MAX_DAYS, lockdown, mintGitToken } from '../../core/security.js';
-import { RecordId } from '../schemas.js';
+import { elevate, ELEVATION_MAX_MINUTES, GIT_TOKEN_MAX_DAYS, listGitTokens, lockdown, mintGitToken, revokeGitToken } from '../../core/security.js';
+import { RecordId, RevokedSchema } from '../schemas.js';
 import { caller } from '../shared/caller.js';
 import { errors, optionalBody, route, type RestApp } from '../shared/schemas.js';
 
@@ -72,5 +72,40 @@ export async function securityRoutes(r: RestApp, ctx: CoreContext): Promise<void
       { auth: 'session' },
     ),
     async (req, reply) => reply.code(201).send(await mintGitToken(ctx, caller(req), req.body)),
+  );
+
+  const GitTokenListing = z.object({
+    id: z.string(),
+    name: z.string(),
+    hint: z.string(),
+    created_at: z.string(),
+    expires_at: z.string(),
+    revoked_at: z.string().nullable(),
+  });
+  r.get(
+    '/me/git-tokens',
+    route(
+      ['identity'],
+      'Your git tokens in this workspace, newest first (hints only, never the secret)',
+      {
+        response: { 200: z.object({ items: z.array(GitTokenListing) }), ...errors(401, 403) },
+      },
+      { auth: 'session' },
+    ),
+    async (req) => ({ items: await listGitTokens(ctx, caller(req)) }),
+  );
+
+  r.delete(
+    '/me/git-tokens/:id',
+    route(
+      ['identity'],
+      'Revoke one of your git tokens, immediately (no step-up: revoking only takes reach away)',
+      {
+        params: z.object({ id: RecordId }),
+        response: { 200: RevokedSchema, ...errors(401, 403, 404) },
+      },
+      { auth: 'session' },
+    ),
+    async (req) => revokeGitToken(ctx, caller(req), req.params.id),
   );
 }

@@ -207,24 +207,50 @@ export function encodeTree(entries: Iterable<TreeEntry>): Buffer {
   return encodeSorted(sortTreeEntries(entries));
 }
 
-/** Decodes a tree body (only the two modes this service writes are accepted). */
-export function parseTree(body: Buffer): TreeEntry[] {
-  const out: TreeEntry[] = [];
+/** A tree entry as git wrote it, any mode (a pushed tree, before it is judged). */
+export interface RawTreeEntry {
+  mode: string;
+  name: string;
+  sha: string;
+}
+
+/**
+ * Walks a tree body's entries in order: `at` is where the entry starts, `sp` the space after its
+ * mode, `nul` the NUL after its name (the 20-byte id follows). Throws on a truncated entry.
+ */
+function scanTree(body: Buffer, visit: (at: number, sp: number, nul: number) => void): void {
   let i = 0;
   while (i < body.length) {
     const sp = body.indexOf(0x20, i);
     const nul = sp < 0 ? -1 : body.indexOf(0, sp + 1);
     if (sp < 0 || nul < 0 || nul + 21 > body.length) throw badRequest('Truncated tree object', 'invalid_object');
-    const mode = body.toString('latin1', i, sp);
+    visit(i, sp, nul);
+    i = nul + 21;
+  }
+}
+
+/** Decodes a tree body without judging its modes or names (the push import names what it refuses). */
+export function readTreeEntries(body: Buffer): RawTreeEntry[] {
+  const out: RawTreeEntry[] = [];
+  scanTree(body, (at, sp, nul) => {
+    out.push({ mode: body.toString('latin1', at, sp), name: body.toString('utf8', sp + 1, nul), sha: body.toString('hex', nul + 1, nul + 21) });
+  });
+  return out;
+}
+
+/** Decodes a tree body (only the two modes this service writes are accepted). */
+export function parseTree(body: Buffer): TreeEntry[] {
+  const out: TreeEntry[] = [];
+  scanTree(body, (at, sp, nul) => {
+    const mode = body.toString('latin1', at, sp);
     if (mode !== '100644' && mode !== '40000') throw badRequest(`Unsupported tree entry mode ${mode}`, 'invalid_object');
     const name = body.toString('utf8', sp + 1, nul);
     // A name that is not UTF-8 would decode to something else than its bytes.
     if (!PLAIN_NAME_RE.test(name) && !Buffer.from(name, 'utf8').equals(body.subarray(sp + 1, nul))) {
       throw badRequest('Tree entry name is not valid UTF-8', 'invalid_object');
     }
-    out.push(CheckedEntry.parsed(mode, name, body.toString('hex', nul + 1, nul + 21), body.subarray(i, nul + 21)));
-    i = nul + 21;
-  }
+    out.push(CheckedEntry.parsed(mode, name, body.toString('hex', nul + 1, nul + 21), body.subarray(at, nul + 21)));
+  });
   return out;
 }
 

@@ -16,7 +16,7 @@ const SCAN_PAGE = 500;
 const FETCH_BATCH = 50;
 const MAIN_REF = 'refs/heads/main';
 
-async function exists(file: string): Promise<boolean> {
+export async function exists(file: string): Promise<boolean> {
   try {
     await fs.access(file);
     return true;
@@ -26,17 +26,17 @@ async function exists(file: string): Promise<boolean> {
 }
 
 /** Write then rename, so a reader (or a crash) never sees a half-written file. */
-async function writeAtomic(file: string, data: Buffer | string, mode: number): Promise<void> {
+export async function writeAtomic(file: string, data: Buffer | string, mode: number): Promise<void> {
   const tmp = path.join(path.dirname(file), `tmp_${process.pid}_${randomBytes(6).toString('hex')}`);
   await fs.writeFile(tmp, data, { mode });
   await fs.rename(tmp, file);
 }
 
-function loosePath(dir: string, sha: string): string {
+export function loosePath(dir: string, sha: string): string {
   return path.join(dir, 'objects', sha.slice(0, 2), sha.slice(2));
 }
 
-async function writeLoose(dir: string, sha: string, type: ObjectType, body: Buffer): Promise<void> {
+export async function writeLoose(dir: string, sha: string, type: ObjectType, body: Buffer): Promise<void> {
   // Never write bytes that do not hash to their name: git would report the repository corrupt.
   if (hashObject(type, body) !== sha) throw new Error(`object ${sha} does not match its content`);
   const file = loosePath(dir, sha);
@@ -105,12 +105,18 @@ export async function exportToBareRepo(db: Executor, workspaceId: string, dir: s
     written++;
   }
 
+  await setMainRef(dir, main);
+  return { objects: written };
+}
+
+/** Points the repository's main (and HEAD) at `sha`, or removes main when the workspace has no commit. */
+export async function setMainRef(dir: string, sha: string | null): Promise<void> {
   const refFile = path.join(dir, 'refs', 'heads', 'main');
-  if (main) {
+  if (sha) {
     const current = await fs.readFile(refFile, 'utf8').catch(() => '');
-    if (current.trim() !== main) {
+    if (current.trim() !== sha) {
       await fs.mkdir(path.dirname(refFile), { recursive: true });
-      await writeAtomic(refFile, `${main}\n`, 0o644);
+      await writeAtomic(refFile, `${sha}\n`, 0o644);
     }
   } else {
     await fs.rm(refFile, { force: true });
@@ -118,6 +124,13 @@ export async function exportToBareRepo(db: Executor, workspaceId: string, dir: s
   const headFile = path.join(dir, 'HEAD');
   const head = `ref: ${MAIN_REF}\n`;
   if ((await fs.readFile(headFile, 'utf8').catch(() => '')) !== head) await writeAtomic(headFile, head, 0o644);
+}
 
-  return { objects: written };
+/** The sha main points at in the repository (loose or packed ref), or null. */
+export async function readMainRef(dir: string): Promise<string | null> {
+  const loose = (await fs.readFile(path.join(dir, 'refs', 'heads', 'main'), 'utf8').catch(() => '')).trim();
+  if (/^[0-9a-f]{40}$/.test(loose)) return loose;
+  const packed = await fs.readFile(path.join(dir, 'packed-refs'), 'utf8').catch(() => '');
+  const m = /^([0-9a-f]{40}) refs\/heads\/main$/m.exec(packed);
+  return m ? m[1]! : null;
 }
