@@ -1,5 +1,7 @@
+import { appendAudit } from '../core/audit.js';
 import type { CoreContext } from '../core/context.js';
 import { newId } from '../core/ids.js';
+import { inTransaction } from '../store/tx.js';
 import { hashSecret, newSecret } from './secrets.js';
 
 /** Session lifetime (docs/decisions.md): 7 days absolute, 24 hours idle. */
@@ -31,32 +33,52 @@ export async function openSession(
   // A pending session that later becomes active keeps this expiry; verify extends it.
   const expiresAt = new Date(now.getTime() + (pending ? PENDING_TTL_MS : SESSION_TTL_MS));
   const id = newId.session();
-  await ctx.store.db
-    .insertInto('sessions')
-    .values({
-      id,
-      token_hash: hashSecret(token),
-      principal_id: principalId,
-      workspace_id: workspaceId,
-      csrf_token: csrf,
-      created_at: now.toISOString(),
-      last_seen_at: now.toISOString(),
-      expires_at: expiresAt.toISOString(),
-      revoked_at: null,
-      stepup_at: null,
-      pending,
-    })
-    .execute();
+  // A sign-in is a security act: audited in the session's workspace, with the session row.
+  await inTransaction(ctx.store, workspaceId, async (trx) => {
+    await trx
+      .insertInto('sessions')
+      .values({
+        id,
+        token_hash: hashSecret(token),
+        principal_id: principalId,
+        workspace_id: workspaceId,
+        csrf_token: csrf,
+        created_at: now.toISOString(),
+        last_seen_at: now.toISOString(),
+        expires_at: expiresAt.toISOString(),
+        revoked_at: null,
+        stepup_at: null,
+        pending,
+      })
+      .execute();
+    await appendAudit(trx, workspaceId, { principalId, action: 'auth.session.open', detail: { session: id, ...(pending ? { pending } : {}) } }, now);
+  });
   return { id, token, csrf, expiresAt };
 }
 
 export async function closeSession(ctx: CoreContext, sessionId: string): Promise<void> {
-  await ctx.store.db
-    .updateTable('sessions')
-    .set({ revoked_at: new Date().toISOString() })
-    .where('id', '=', sessionId)
-    .where('revoked_at', 'is', null)
-    .execute();
+  await endSession(ctx, sessionId, null, 'auth.logout');
+}
+
+/**
+ * Revokes a live session (of `principalId` when given) and audits it in the session's workspace,
+ * in one transaction; false when there was none to end.
+ */
+async function endSession(ctx: CoreContext, sessionId: string, principalId: string | null, action: 'auth.logout' | 'auth.session.revoke'): Promise<boolean> {
+  const s = await ctx.store.db.selectFrom('sessions').select(['principal_id', 'workspace_id']).where('id', '=', sessionId).executeTakeFirst();
+  if (!s || (principalId !== null && s.principal_id !== principalId)) return false;
+  return inTransaction(ctx.store, s.workspace_id, async (trx) => {
+    const res = await trx
+      .updateTable('sessions')
+      .set({ revoked_at: new Date().toISOString() })
+      .where('id', '=', sessionId)
+      .where('principal_id', '=', s.principal_id)
+      .where('revoked_at', 'is', null)
+      .executeTakeFirst();
+    if (Number(res.numUpdatedRows) !== 1) return false;
+    await appendAudit(trx, s.workspace_id, { principalId: s.principal_id, action, detail: { session: sessionId } });
+    return true;
+  });
 }
 
 /** Once a pending session is verified it gets the full lifetime from now. */
@@ -92,12 +114,5 @@ export async function listSessions(ctx: CoreContext, principalId: string, curren
 
 /** Ends one of the caller's own sessions; someone else's is "not found". */
 export async function revokeOwnSession(ctx: CoreContext, principalId: string, sessionId: string): Promise<boolean> {
-  const res = await ctx.store.db
-    .updateTable('sessions')
-    .set({ revoked_at: new Date().toISOString() })
-    .where('id', '=', sessionId)
-    .where('principal_id', '=', principalId)
-    .where('revoked_at', 'is', null)
-    .executeTakeFirst();
-  return Number(res.numUpdatedRows) === 1;
+  return endSession(ctx, sessionId, principalId, 'auth.session.revoke');
 }

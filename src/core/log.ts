@@ -5,9 +5,9 @@ import { inTransaction } from '../store/tx.js';
 import type { CoreContext } from './context.js';
 import { badRequest, notFound } from './errors.js';
 import { analyzeContent } from './pages/content.js';
-import { commitPage } from './pages/persist.js';
+import { commitPage, rowFacts } from './pages/persist.js';
 import { presentPage } from './pages/record.js';
-import { listSpaces } from './spaces.js';
+import { listSpaces, spaceVisible } from './spaces.js';
 import { hasActionWithin } from '../policy/access.js';
 import type { Executor } from '../store/db.js';
 import { parseFolderPath, parsePagePath } from './paths.js';
@@ -19,7 +19,8 @@ export interface LogAppendResult {
   id: string;
   path: string;
   commit_sha: string;
-  content_hash: string;
+  /** Absent when the caller may append to the log but not read it. */
+  content_hash?: string;
   /** The markdown line(s) appended. */
   appended: string;
 }
@@ -35,7 +36,7 @@ const SCOPES_SHOWN = 20;
 async function assertScopeExists(ctx: CoreContext, trx: Executor, p: Principal, scope: string): Promise<void> {
   const space = scope.split('/')[0]!;
   const exists = await trx.selectFrom('spaces').select('id').where('workspace_id', '=', p.workspaceId).where('id', '=', space).executeTakeFirst();
-  const usable = (await listSpaces(ctx, p, trx)).filter((s) => hasActionWithin(p, 'propose', s.id)).map((s) => s.id);
+  const usable = await loggableSpaces(ctx, trx, p);
   if (exists && usable.includes(space)) return;
   const shown = usable.slice(0, SCOPES_SHOWN);
   const list =
@@ -43,6 +44,22 @@ async function assertScopeExists(ctx: CoreContext, trx: Executor, p: Principal, 
       ? 'none: you may log in no Space'
       : `${shown.join(', ')}${usable.length > shown.length ? `, … (${usable.length - shown.length} more)` : ''}, or a folder inside one`;
   throw notFound(`No Space ${space} to log to; scopes you can use: ${list}`, 'unknown_scope');
+}
+
+/**
+ * The Spaces the caller may log to: those it holds propose in that exist for it, either by what
+ * it reads (listSpaces) or, for a caller that proposes without reading, by what it may propose
+ * (spaceVisible over its propose reach: a Space of pages all above that reach stays hidden).
+ */
+async function loggableSpaces(ctx: CoreContext, trx: Executor, p: Principal): Promise<string[]> {
+  const read = new Set((await listSpaces(ctx, p, trx)).map((s) => s.id));
+  const all = await trx.selectFrom('spaces').select('id').where('workspace_id', '=', p.workspaceId).orderBy('id').execute();
+  const out: string[] = [];
+  for (const { id } of all) {
+    if (!hasActionWithin(p, 'propose', id)) continue;
+    if (read.has(id) || (await spaceVisible(trx, p, id, 'propose'))) out.push(id);
+  }
+  return out;
 }
 
 /** One list item: `- <time> <name> (<id>): <entry>`, further lines indented under it. */
@@ -79,7 +96,10 @@ export async function appendLog(ctx: CoreContext, p: Principal, input: { scope: 
         .executeTakeFirst()) ?? null;
     if (!existing) await assertScopeExists(ctx, trx, p, scope);
     const facts = { path: target.path, sensitivity: existing?.sensitivity ?? 'internal', blockLevel: null };
-    if (existing && !canReadPage(p, { ...facts, blockLevel: existing.block_level })) throw notFound(`Log ${target.path} not found`);
+    const reads = existing !== null && canReadPage(p, { ...facts, blockLevel: existing.block_level });
+    // The propose grant is enough (spec): a caller that may not read the log still appends to it,
+    // but a log above its propose reach stays as absent as any hidden page.
+    if (existing && !reads && decideLogAppend(p, facts).kind === 'deny') throw notFound(`Log ${target.path} not found`);
     enforce(decideLogAppend(p, facts));
     const at = new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
     const appended = formatEntry(p, entry, at);
@@ -87,7 +107,9 @@ export async function appendLog(ctx: CoreContext, p: Principal, input: { scope: 
     const content = analyzeContent(raw, 'log');
     const excerpt = entry.split('\n')[0]!.slice(0, 72);
     const row = await commitPage(ctx, trx, p, { action: existing ? 'update' : 'create', existing, target, content, message: `Log ${scope}: ${excerpt}` });
-    // The hash the caller may see: a redacted view's own validator when the log holds a block above it.
-    return { id: row.id, path: row.path, commit_sha: row.commit_sha, content_hash: presentPage(p, row).content_hash, appended };
+    // The hash the caller may see: a redacted view's own validator when the log holds a block
+    // above it; none for a caller that may not read the log (it would vouch for unseen text).
+    const hash = canReadPage(p, rowFacts(row)) ? { content_hash: presentPage(p, row).content_hash } : {};
+    return { id: row.id, path: row.path, commit_sha: row.commit_sha, ...hash, appended };
   });
 }

@@ -151,13 +151,15 @@ export async function listSpaces(ctx: CoreContext, p: Principal, db: Executor = 
 /**
  * True when the Space holds a live page the caller may read, or no live page at all. Asked per
  * place the caller's read reach starts (the Space, or each folder an agent's narrower read
- * grant names), with the levels readable there: one indexed existence query each.
+ * grant names), with the levels readable there: one indexed existence query each. With
+ * `action` propose, the same over the caller's propose reach (a log append by a caller that
+ * proposes without reading, core/log.ts).
  */
-export async function spaceVisible(db: Executor, p: Principal, spaceId: string): Promise<boolean> {
+export async function spaceVisible(db: Executor, p: Principal, spaceId: string, action: 'read' | 'propose' = 'read'): Promise<boolean> {
   const targets =
-    ceilingFor(p, 'read', spaceId) !== null ? [spaceId] : p.grants.filter((g) => g.action === 'read' && g.scope.startsWith(`${spaceId}/`)).map((g) => g.scope);
+    ceilingFor(p, action, spaceId) !== null ? [spaceId] : p.grants.filter((g) => g.action === action && g.scope.startsWith(`${spaceId}/`)).map((g) => g.scope);
   for (const t of targets) {
-    const ceiling = ceilingFor(p, 'read', t);
+    const ceiling = ceilingFor(p, action, t);
     if (ceiling === null) continue;
     const levels = LEVELS.filter((l) => atOrBelow(l, ceiling));
     let q = db
@@ -213,6 +215,9 @@ export interface TreeFolder {
   name: string;
   summary: string;
   archived: boolean;
+  /** Lifecycle settings of this folder (null: unset; a Space's own node never has them). */
+  auto_archive_days: number | null;
+  half_life_days: number | null;
   page_count: number;
   folders: TreeFolder[];
   pages: TreePage[];
@@ -250,7 +255,7 @@ export async function spaceTree(
 
   const folderRows = await ctx.store.db
     .selectFrom('folders')
-    .select(['path', 'summary', 'archived'])
+    .select(['path', 'summary', 'archived', 'auto_archive_days', 'half_life_days'])
     .where('workspace_id', '=', p.workspaceId)
     .where('space', '=', spaceId)
     .execute();
@@ -268,6 +273,8 @@ export async function spaceTree(
     name: path.split('/').pop() ?? path,
     summary: indexed.get(path) ?? (path === spaceId ? spaceSummary : settings.get(path)?.summary || ''),
     archived: (settings.get(path)?.archived ?? 0) === 1,
+    auto_archive_days: settings.get(path)?.auto_archive_days ?? null,
+    half_life_days: settings.get(path)?.half_life_days ?? null,
     page_count: 0,
     folders: [],
     pages: [],

@@ -9,6 +9,7 @@ import { findReadablePage, isPageId } from '../retrieval/lookup.js';
 import type { Executor } from '../store/db.js';
 import type { DB, PagesTable, WatchesTable } from '../store/schema.js';
 import { inTransaction } from '../store/tx.js';
+import { appendAudit } from './audit.js';
 import type { CoreContext } from './context.js';
 import { badRequest, conflict, notFound } from './errors.js';
 import { wakeInboxes } from './inbox-events.js';
@@ -186,6 +187,12 @@ export async function watch(ctx: CoreContext, p: Principal, input: WatchTargetIn
       created_at: new Date().toISOString(),
     };
     await trx.insertInto('watches').values(row).execute();
+    await appendAudit(trx, p.workspaceId, {
+      principalId: p.id,
+      action: 'watch.create',
+      pageId: row.page_id,
+      detail: { watch: row.id, kind: row.kind, path: row.path },
+    });
     return { watch: record(row), created: true };
   });
 }
@@ -265,6 +272,8 @@ export async function unwatch(
     const row = await q.executeTakeFirst();
     if (!row) throw notFound(`${what} not found (context_watches / GET /api/v1/watches lists yours)`);
     await trx.deleteFrom('watches').where('id', '=', row.id).execute();
+    const pageId = row.target.startsWith('page:') ? row.target.slice('page:'.length) : null;
+    await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'watch.delete', pageId, detail: { watch: row.id, target: row.target } });
     return { id: row.id, removed: true as const };
   });
 }

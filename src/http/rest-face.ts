@@ -1,7 +1,10 @@
 import type { FastifyInstance } from 'fastify';
+import { auditRoutes } from './routes/audit.js';
 import { changeRoutes } from './routes/changes.js';
 import { editRoutes } from './routes/edits.js';
+import { folderRoutes } from './routes/folders.js';
 import { inboxRoutes } from './routes/inbox.js';
+import { logRoutes } from './routes/log.js';
 import { meRoutes } from './routes/me.js';
 import { nodeRoutes } from './routes/nodes.js';
 import { oauthClientRoutes } from './routes/oauth-clients.js';
@@ -34,6 +37,7 @@ export async function restFace(face: FastifyInstance): Promise<void> {
   await securityRoutes(r, ctx);
   await oauthClientRoutes(r, ctx);
   await spaceRoutes(r, ctx);
+  await folderRoutes(r, ctx);
   await nodeRoutes(r, ctx);
   await retrievalRoutes(r, ctx);
   await proposalRoutes(r, ctx);
@@ -43,6 +47,8 @@ export async function restFace(face: FastifyInstance): Promise<void> {
   await inboxRoutes(r, ctx);
   await watchRoutes(r, ctx);
   await workspaceRoutes(r, ctx);
+  await auditRoutes(r, ctx);
+  await logRoutes(r, ctx);
 
   // The document covers every face (it is read when asked, so routes registered later are in it).
   face.get('/openapi.json', { config: { auth: 'public' }, schema: { hide: true } }, async () => face.swagger());

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { ACTIONS } from '../policy/principal.js';
 import { LEVELS } from '../policy/sensitivity.js';
 import { PageRef } from '../core/pages/input.js';
+import type { TreeFolder } from '../core/spaces.js';
 
 /**
  * Shared request and response schemas of the REST face; the OpenAPI document is generated from them.
@@ -135,16 +136,8 @@ export const KeySchema = z.object({
 
 export const SpaceSchema = z.object({ id: z.string(), name: z.string(), summary: z.string(), created_at: Timestamp });
 
-export type TreeFolderShape = {
-  path: string;
-  name: string;
-  summary: string;
-  archived: boolean;
-  page_count: number;
-  folders: TreeFolderShape[];
-  pages: { id: string; path: string; title: string; state: string; sensitivity: string; updated_at: string }[];
-  truncated?: boolean | undefined;
-};
+/** The tree's folder as core builds it (core/spaces.ts); the schema below describes it for OpenAPI. */
+export type TreeFolderShape = TreeFolder;
 
 export const TreeFolderSchema: z.ZodType<TreeFolderShape> = z.lazy(() =>
   z.object({
@@ -152,6 +145,8 @@ export const TreeFolderSchema: z.ZodType<TreeFolderShape> = z.lazy(() =>
     name: z.string(),
     summary: z.string(),
     archived: z.boolean(),
+    auto_archive_days: z.number().nullable().describe('Lifecycle: untouched this many days makes a page an auto-archive candidate; null unset'),
+    half_life_days: z.number().nullable().describe('Search freshness half-life of this folder; null unset (the nearest ancestor that sets one applies)'),
     page_count: z.number(),
     folders: z.array(TreeFolderSchema),
     pages: z.array(z.object({ id: z.string(), path: z.string(), title: z.string(), state: z.string(), sensitivity: z.string(), updated_at: Timestamp })),

@@ -503,6 +503,67 @@ const ROWS: Row[] = [
     // read there (its confidential pages are just left out of the tree).
     expect: { ...pageRead(ok()), agentLowCeiling: ok() },
   },
+  // --- Folders (issue 16): a fresh folder holding one page at the actor's sensitivity.
+  {
+    method: 'POST',
+    route: '/api/v1/clusters/*',
+    variant: 'archive',
+    auth: 'SK',
+    grant: 'write',
+    request: async (c) => {
+      const dir = c.w.uniq('fa');
+      await freshPage(c, { dir });
+      return { path: `/api/v1/clusters/scratch/${dir}/archive`, body: { reason: 'manual' } };
+    },
+    // Spec "S K (write; humans need +U), without write a proposal": the step-up gate comes first
+    // for every human; then the pages decide as a page archive does (pageWrite, proposals).
+    expect: {
+      ...pageWrite(ok()),
+      viewer: STEP_UP,
+      editor: STEP_UP,
+      owner: STEP_UP,
+      agentNoGrant: PROPOSED,
+      demotedAgent: PROPOSED,
+    },
+  },
+  {
+    method: 'POST',
+    route: '/api/v1/clusters/*',
+    variant: 'restore',
+    auth: 'SK',
+    grant: 'write',
+    request: async (c) => {
+      const dir = c.w.uniq('fr');
+      await freshPage(c, { dir, archived: true });
+      return { path: `/api/v1/clusters/scratch/${dir}/restore` };
+    },
+    // Spec "write grant", no proposal (as MCP context_restore by cluster_path); no step-up.
+    expect: pageWrite(ok()),
+  },
+  {
+    method: 'PUT',
+    route: '/api/v1/clusters/*',
+    auth: 'SK',
+    grant: 'admin',
+    request: async (c) => {
+      const dir = c.w.uniq('fl');
+      await freshPage(c, { dir });
+      return { path: `/api/v1/clusters/scratch/${dir}/lifecycle`, body: { auto_archive_days: 30, half_life_days: 14 } };
+    },
+    // Spec "S K (admin)": owners; agents with an admin grant over the folder (the elevated one
+    // reads its secret page and holds admin). A folder the caller cannot see is 404 first.
+    expect: {
+      foreignKey: NOT_FOUND,
+      agentNoGrant: FORBIDDEN,
+      agentLowCeiling: NOT_FOUND,
+      elevatedAgent: ok(),
+      viewer: FORBIDDEN,
+      editor: FORBIDDEN,
+      owner: ok(),
+      ownerStepUp: ok(),
+      demotedAgent: FORBIDDEN,
+    },
+  },
 
   // --- Pages.
   {
@@ -959,6 +1020,29 @@ const ROWS: Row[] = [
       return { path: `/api/v1/watches/${id}` };
     },
     expect: everyone(NOT_FOUND),
+  },
+  // --- Audit (issue 16): spec "S own"; the log of the workspace the request works in.
+  { method: 'GET', route: '/api/v1/audit', auth: 'S', request: () => ({ path: '/api/v1/audit?limit=5' }), expect: owners(ok()) },
+  { method: 'GET', route: '/api/v1/audit/verify', auth: 'S', request: () => ({ path: '/api/v1/audit/verify' }), expect: owners(ok()) },
+  // --- Log (issue 16): spec "S K (propose)". The owner seeds vault/log.md first, so every cell
+  // appends to an existing log whoever runs first.
+  {
+    method: 'POST',
+    route: '/api/v1/log',
+    auth: 'SK',
+    grant: 'propose',
+    request: async ({ w }) => {
+      const seed = await w.admin.post('/api/v1/log', { scope: 'vault', entry: 'matrix seed' });
+      if (seed.status !== 201) throw new Error(`log fixture: ${seed.status} ${seed.text}`);
+      return { path: '/api/v1/log', body: { scope: 'vault', entry: 'matrix entry' } };
+    },
+    // Every role holds propose; the agent without it still reads the log (403, not 404); the
+    // foreign agent's workspace has no Space vault (as MCP context_log).
+    expect: {
+      ...everyone(ok(201)),
+      foreignKey: err(404, 'unknown_scope'),
+      agentNoGrant: FORBIDDEN,
+    },
   },
 ];
 

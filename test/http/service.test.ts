@@ -126,7 +126,7 @@ describe.each(testEngines())('health, OpenAPI and durability (%s)', (engine) => 
     expect(doc.body.openapi).toMatch(/^3\./);
     const documented = new Set<string>();
     for (const [p, ops] of Object.entries(doc.body.paths as Record<string, Record<string, unknown>>)) {
-      for (const m of Object.keys(ops)) documented.add(`${m.toUpperCase()} ${p.replace(/\{(\w+)\}/g, ':$1')}`);
+      for (const m of Object.keys(ops)) documented.add(`${m.toUpperCase()} ${p.replace(/\{\*\}/g, '*').replace(/\{(\w+)\}/g, ':$1')}`);
     }
     const expected = [
       'POST /api/v1/auth/signup',

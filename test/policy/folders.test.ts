@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { decideFolderArchive } from '../../src/policy/folders.js';
+import { decideFolderArchive, decideFolderSettings } from '../../src/policy/folders.js';
 import type { Principal } from '../../src/policy/principal.js';
 import { NOW, ago, FIVE_MIN, FUTURE, human, agent, g, outcome, ALLOW, forbid, type Outcome } from './support.js';
 
@@ -33,5 +33,52 @@ describe('decideFolderArchive: humans step up; agents pass to the per-page decis
   ];
   it.each(rows)('$name', ({ actor, expected }) => {
     expect(outcome(decideFolderArchive(actor, NOW))).toEqual(expected);
+  });
+});
+
+const NO_ADMIN = (path: string) => forbid(`No admin grant covers ${path}: folder settings are for owners`);
+
+describe('decideFolderSettings: the admin action over the folder (owners; agents with an admin grant there)', () => {
+  const rows: { name: string; actor: Principal; path: string; expected: Outcome }[] = [
+    { name: 'owner', actor: human('owner'), path: 'eng/legacy', expected: ALLOW },
+    { name: 'owner needs no step-up', actor: human('owner', { stepUpAt: null }), path: 'eng/legacy/deep', expected: ALLOW },
+    { name: 'editor', actor: human('editor', { stepUpAt: ago(1000) }), path: 'eng/legacy', expected: NO_ADMIN('eng/legacy') },
+    { name: 'viewer', actor: human('viewer'), path: 'eng/legacy', expected: NO_ADMIN('eng/legacy') },
+    { name: 'human without a role', actor: human(null), path: 'eng/legacy', expected: NO_ADMIN('eng/legacy') },
+    { name: 'agent with admin over the workspace', actor: agent([g('admin', '*', 'internal')]), path: 'eng/legacy', expected: ALLOW },
+    { name: 'agent with admin over the Space', actor: agent([g('admin', 'eng', 'public')]), path: 'eng/legacy', expected: ALLOW },
+    {
+      name: 'agent with admin over a sibling folder',
+      actor: agent([g('admin', 'eng/legacyx', 'internal')]),
+      path: 'eng/legacy',
+      expected: NO_ADMIN('eng/legacy'),
+    },
+    {
+      name: 'agent with admin over a sub-folder only',
+      actor: agent([g('admin', 'eng/legacy/sub', 'internal')]),
+      path: 'eng/legacy',
+      expected: NO_ADMIN('eng/legacy'),
+    },
+    {
+      name: 'agent with every other grant',
+      actor: agent([g('read', '*', 'internal'), g('write', '*', 'internal'), g('propose', '*', 'internal')]),
+      path: 'eng/legacy',
+      expected: NO_ADMIN('eng/legacy'),
+    },
+    {
+      name: 'agent whose creator is an editor (no admin in that role)',
+      actor: agent([g('admin', '*', 'internal')], { creatorRole: 'editor' }),
+      path: 'eng/legacy',
+      expected: NO_ADMIN('eng/legacy'),
+    },
+    {
+      name: 'agent whose creator left',
+      actor: agent([g('admin', '*', 'internal')], { creatorRole: null }),
+      path: 'eng/legacy',
+      expected: NO_ADMIN('eng/legacy'),
+    },
+  ];
+  it.each(rows)('$name', ({ actor, path, expected }) => {
+    expect(outcome(decideFolderSettings(actor, path))).toEqual(expected);
   });
 });

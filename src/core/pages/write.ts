@@ -12,7 +12,7 @@ import { badRequest, conflict } from '../errors.js';
 import { parsePagePath, slugify, type PagePath } from '../paths.js';
 import { highest, insertProposal, presentProposal, supersedeForPage, type ProposalRecord } from '../proposals/record.js';
 import { analyzeContent, type ArchiveReason } from './content.js';
-import { assertPathFree, commitPage, facts, rowFacts } from './persist.js';
+import { assertPathFree, commitPage, facts, rowFacts, type PageChange } from './persist.js';
 import { presentPage, type PageRecord } from './record.js';
 
 export { assertPathFree, commitPage, facts, rowFacts } from './persist.js';
@@ -117,7 +117,7 @@ function present(p: Principal, o: ChangeOutcome): PublicOutcome {
   return o.kind === 'done' ? { record: presentPage(p, o.row) } : { proposal: presentProposal(p, o.proposal) };
 }
 
-interface ApplyOptions {
+export interface ApplyOptions {
   message?: string | undefined;
   /** Credit this author (accepting a proposal). */
   credit?: { id: string; name: string } | undefined;
@@ -189,8 +189,22 @@ export async function movePage(ctx: CoreContext, p: Principal, ref: string, to: 
   return present(p, o);
 }
 
+/** An archive or restore decided and, when it became a proposal, recorded; a change still to commit otherwise. */
+export type StatePlan = { kind: 'apply'; change: PageChange } | { kind: 'proposed'; proposal: ProposalsTable };
+
 /** Archives or restores inside the caller's transaction; archiving without write proposes instead. */
-export async function setStateTx(
+export async function setStateTx(...args: Parameters<typeof planStateTx>): Promise<ChangeOutcome> {
+  const [ctx, trx, p, , , , opts] = args;
+  const plan = await planStateTx(...args);
+  if (plan.kind === 'proposed') return plan;
+  return { kind: 'done', row: await commitPage(ctx, trx, p, { ...plan.change, message: opts.message }) };
+}
+
+/**
+ * The decision half of setStateTx: the new content and the proposal when there is one, but no
+ * commit, so a folder archive can put every page's change into one commit (core/folders.ts).
+ */
+export async function planStateTx(
   ctx: CoreContext,
   trx: Transaction<DB>,
   p: Principal,
@@ -198,7 +212,7 @@ export async function setStateTx(
   action: 'archive' | 'restore',
   reason: ArchiveReason | undefined,
   opts: ApplyOptions,
-): Promise<ChangeOutcome> {
+): Promise<StatePlan> {
   if (action === 'archive' && current.state === 'archived') throw conflict('The page is already archived', 'already_archived');
   if (action === 'restore' && current.state !== 'archived') throw conflict('The page is not archived', 'not_archived');
   const raw =
@@ -228,7 +242,7 @@ export async function setStateTx(
     });
     return { kind: 'proposed', proposal };
   }
-  return { kind: 'done', row: await commitPage(ctx, trx, p, { action, existing: current, target, content, message: opts.message, credit: opts.credit }) };
+  return { kind: 'apply', change: { action, existing: current, target, content, credit: opts.credit } };
 }
 
 export async function archivePage(ctx: CoreContext, p: Principal, ref: string, reason: ArchiveReason | undefined, message?: string): Promise<PublicOutcome> {

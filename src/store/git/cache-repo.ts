@@ -49,10 +49,12 @@ export interface HookFile {
 export async function prepareBareRepo(dir: string, hooks: readonly HookFile[]): Promise<void> {
   if (!(await exists(path.join(dir, 'HEAD'))) || !(await exists(path.join(dir, 'objects')))) {
     await fs.mkdir(dir, { recursive: true });
-    const r = await runGit(['init', '--bare', '--quiet', dir], { cwd: dir });
+    const r = await runGit(['init', '--bare', '--quiet', '--initial-branch=main', dir], { cwd: dir });
     if (r.code !== 0) throw new Error(`git init failed: ${r.stderr}`);
   }
   await writeIfChanged(path.join(dir, 'config'), CONFIG, 0o644);
+  // main is the only branch, even before the first commit: an empty clone must be on it.
+  await writeIfChanged(path.join(dir, 'HEAD'), 'ref: refs/heads/main\n', 0o644);
   await fs.mkdir(path.join(dir, 'hooks'), { recursive: true });
   for (const h of hooks) await writeIfChanged(path.join(dir, 'hooks', h.name), h.content, 0o755);
 }

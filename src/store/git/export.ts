@@ -52,7 +52,7 @@ export async function writeLoose(dir: string, sha: string, type: ObjectType, bod
 export async function exportToBareRepo(db: Executor, workspaceId: string, dir: string): Promise<{ objects: number }> {
   if (!(await exists(path.join(dir, 'HEAD'))) || !(await exists(path.join(dir, 'objects')))) {
     await fs.mkdir(dir, { recursive: true });
-    await execFileP('git', ['init', '--bare', '--quiet', dir]);
+    await execFileP('git', ['init', '--bare', '--quiet', '--initial-branch=main', dir]);
   }
 
   const store = new ObjectStore(db, workspaceId);
