@@ -6,6 +6,7 @@
  */
 import os from 'node:os';
 import { benchBytesPerCommit, snapshotBeforeSeed } from './bytes.js';
+import { benchGit } from './git.js';
 import { benchMcp } from './mcp.js';
 import { benchMcpSession } from './mcp-session.js';
 import { benchReads } from './reads.js';
@@ -13,7 +14,7 @@ import { RETRIEVAL_NAMES, runRetrievalBenches } from './retrieval-suite.js';
 import { cleanupAllSync, fsyncProbe, installCleanupHandlers, loadAverage, log, makeTempDir, removeTempDir, round } from './util.js';
 import { benchCoreWrites, benchRestWrites, closeFixture, seedFolder, setupFixture, type Fixture } from './writes.js';
 
-const NAMES = ['writes', 'bytes_per_commit', 'reads', 'mcp', 'mcp_session', ...RETRIEVAL_NAMES] as const;
+const NAMES = ['writes', 'bytes_per_commit', 'reads', 'mcp', 'mcp_session', 'git', ...RETRIEVAL_NAMES] as const;
 type Name = (typeof NAMES)[number];
 
 class UsageError extends Error {}
@@ -111,6 +112,12 @@ async function main(): Promise<void> {
     // Token figures of a scripted agent session; the same with --quick (it has no duration).
     out.mcp_session = await benchMcpSession();
     loads.after_mcp_session = loadAverage();
+  }
+
+  if (only.has('git')) {
+    // Seeds its own workspace of seedPages pages (the writes fixture is gone by now).
+    out.git = await benchGit({ pages: size.seedPages, seedMaxS: size.seedMaxS });
+    loads.after_git = loadAverage();
   }
 
   await runRetrievalBenches(only, quick, out, loads);

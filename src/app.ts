@@ -9,7 +9,8 @@ import { trustProxyOption } from './http/client-ip.js';
 import { healthFace } from './http/health-face.js';
 import { registerHostCheck } from './http/hosts.js';
 import { registerRateLimits } from './http/limits.js';
-import { requestSerializer } from './http/log-redact.js';
+import { replySerializer, requestSerializer } from './http/log-redact.js';
+import { registerMetrics } from './http/metrics.js';
 import { openRateLimitStore } from './store/rate-limits.js';
 import { restFace } from './http/rest-face.js';
 import { decoratePrincipal } from './http/shared/caller.js';
@@ -39,11 +40,15 @@ export interface AppOptions {
 /** Builds the HTTP application from its faces; app.ts only wires. */
 export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise<FastifyInstance> {
   const app = Fastify({
-    // Secrets in URLs (invite tokens) never reach the request log.
+    // Secrets in URLs (invite tokens) never reach the request log; its end line names the caller.
     logger:
       opts.logger === false
         ? false
-        : { level: ctx.config.logLevel, ...(typeof opts.logger === 'object' ? opts.logger : {}), serializers: { req: requestSerializer } },
+        : {
+            level: ctx.config.logLevel,
+            ...(typeof opts.logger === 'object' ? opts.logger : {}),
+            serializers: { req: requestSerializer, res: replySerializer },
+          },
     bodyLimit: BODY_LIMIT,
     // TRUST_PROXY: req.ip / host / protocol from the one proxy in front (see client-ip.ts).
     trustProxy: trustProxyOption(ctx.config.trustProxy),
@@ -96,6 +101,9 @@ export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise
       ? openRateLimitStore({ dialect: ctx.store.dialect, dataDir: ctx.config.dataDir, databaseUrl: ctx.config.databaseUrl })
       : undefined,
   });
+
+  // GET /metrics (when METRICS_TOKEN is set) and the hook that counts every request, unknown ones too.
+  registerMetrics(app, ctx);
 
   // The faces, each an encapsulated plugin: its hooks, parsers and error handler stay inside it.
   // The order is the order of the OpenAPI document.

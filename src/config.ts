@@ -33,6 +33,8 @@ const schema = z.object({
   OAUTH_CIMD_ALLOW_LOOPBACK: z.enum(['on', 'off']).default('off'),
   GIT_CACHE_DIR: z.string().min(1).optional(),
   GIT_PUSH_MAX_MB: z.coerce.number().int().min(1).max(4096).default(100),
+  // Long enough that guessing it online is hopeless: wrong tries are not rate limited.
+  METRICS_TOKEN: z.string().min(16, 'must be at least 16 characters (use a random token, e.g. `openssl rand -hex 32`)').optional(),
   EMBEDDINGS: z.enum(['builtin', 'openai']).default('builtin'),
   EMBEDDINGS_URL: z.string().url().optional(),
   EMBEDDINGS_MODEL: z.string().min(1).max(200).optional(),
@@ -41,6 +43,8 @@ const schema = z.object({
   EMBEDDINGS_BATCH: z.coerce.number().int().min(1).max(2048).default(64),
   EMBEDDINGS_TIMEOUT_MS: z.coerce.number().int().min(100).max(600000).default(30000),
   EMBEDDINGS_MAX_RETRIES: z.coerce.number().int().min(0).max(10).default(3),
+  LIFECYCLE_MODE: z.enum(['off', 'dry', 'apply']).default('dry'),
+  LIFECYCLE_INTERVAL_S: z.coerce.number().int().min(1).max(31536000).default(86400),
 });
 
 export interface Config {
@@ -63,6 +67,17 @@ export interface Config {
   oauth: OAuthConfig;
   git: GitConfig;
   embeddings: EmbeddingsConfig;
+  lifecycle: LifecycleConfig;
+  /** Bearer token of GET /metrics; unset, /metrics does not exist (404). */
+  metricsToken: string | undefined;
+}
+
+/** The scheduled lifecycle job (src/core/lifecycle-job.ts). */
+export interface LifecycleConfig {
+  /** off: no scheduled runs; dry: runs report what they would archive; apply: they archive. */
+  mode: 'off' | 'dry' | 'apply';
+  /** Seconds per slot: one scheduled run per workspace per slot (default a day). */
+  intervalS: number;
 }
 
 /** The git face (/git/<slug>.git): where its cache repositories live and how big a push may be. */
@@ -198,5 +213,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       timeoutMs: c.EMBEDDINGS_TIMEOUT_MS,
       maxRetries: c.EMBEDDINGS_MAX_RETRIES,
     },
+    lifecycle: { mode: c.LIFECYCLE_MODE, intervalS: c.LIFECYCLE_INTERVAL_S },
+    metricsToken: c.METRICS_TOKEN,
   };
 }

@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { buildApp, type AppOptions } from './app.js';
 import type { Config } from './config.js';
 import type { CoreContext } from './core/context.js';
+import { LifecycleScheduler } from './core/lifecycle-job.js';
 import { TouchBuffer } from './core/touches.js';
 import { Notifier } from './core/notifier.js';
 import { openStore } from './store/db.js';
@@ -11,6 +12,8 @@ import { RetrievalRuntime } from './retrieval/runtime.js';
 export interface RunningServer {
   app: FastifyInstance;
   ctx: CoreContext;
+  /** The lifecycle job's timer (tests call its `tick` with their own clock). */
+  lifecycle: LifecycleScheduler;
   url: string;
   close(): Promise<void>;
 }
@@ -32,6 +35,8 @@ export async function startServer(config: Config, opts: AppOptions = {}): Promis
   await app.listen({ port: config.port, host: config.host });
   // Re-indexing an upgrade asked for runs in the background: the service serves meanwhile.
   retrieval.reindex.start(app.log);
+  const lifecycle = new LifecycleScheduler(ctx);
+  lifecycle.start();
   const addr = app.server.address();
   const port = typeof addr === 'object' && addr ? addr.port : config.port;
   const host = config.host.includes(':') ? `[${config.host}]` : config.host;
@@ -40,9 +45,11 @@ export async function startServer(config: Config, opts: AppOptions = {}): Promis
   return {
     app,
     ctx,
+    lifecycle,
     url: `http://${host}:${port}`,
     close: async () => {
       await app.close();
+      await lifecycle.stop();
       await retrieval.stop();
       await listener?.close();
       await touches.stop();

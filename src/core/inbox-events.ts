@@ -18,8 +18,15 @@ export interface NewEvent {
  * writers of a workspace are serialised, so max+1 cannot collide. Waiting long-polls are
  * woken after commit, here and (PostgreSQL) on every node through NOTIFY.
  */
-export async function pushEvents(ctx: CoreContext, trx: Transaction<DB>, workspaceId: string, events: readonly NewEvent[], at = new Date()): Promise<void> {
-  const woken = new Set<string>();
+export async function pushEvents(
+  ctx: CoreContext,
+  trx: Transaction<DB>,
+  workspaceId: string,
+  events: readonly NewEvent[],
+  at = new Date(),
+): Promise<Record<string, number>> {
+  // The seq each principal's last event got, for callers that point at it (a digest).
+  const seqs: Record<string, number> = {};
   for (const e of events) {
     const last = await trx
       .selectFrom('inbox_events')
@@ -32,7 +39,7 @@ export async function pushEvents(ctx: CoreContext, trx: Transaction<DB>, workspa
       .values({
         workspace_id: workspaceId,
         principal_id: e.principalId,
-        seq: (last?.seq ?? 0) + 1,
+        seq: (seqs[e.principalId] = (last?.seq ?? 0) + 1),
         kind: e.kind,
         state: 'unread',
         page_id: e.pageId ?? null,
@@ -43,9 +50,9 @@ export async function pushEvents(ctx: CoreContext, trx: Transaction<DB>, workspa
         done_at: null,
       })
       .execute();
-    woken.add(e.principalId);
   }
-  await wakeInboxes(ctx, trx, workspaceId, [...woken]);
+  await wakeInboxes(ctx, trx, workspaceId, Object.keys(seqs));
+  return seqs;
 }
 
 /**

@@ -6,6 +6,8 @@ import { EventEmitter } from 'node:events';
  */
 export class Notifier {
   private readonly emitter = new EventEmitter();
+  /** Long-polls waiting in this process now (the inbox waiters gauge of /metrics). */
+  waiting = 0;
 
   constructor() {
     // Many long-polls may wait at once; they are bounded by the request limits, not here.
@@ -22,8 +24,13 @@ export class Notifier {
 
   /** Resolves true when woken, false when `ms` passes or the signal aborts. */
   wait(key: string, ms: number, signal?: AbortSignal): Promise<boolean> {
+    this.waiting++;
     return new Promise((resolve) => {
+      let settled = false;
       const done = (woken: boolean) => {
+        if (settled) return;
+        settled = true;
+        this.waiting--;
         clearTimeout(timer);
         this.emitter.off(key, onWake);
         signal?.removeEventListener('abort', onAbort);

@@ -7,6 +7,8 @@ import type { Store } from '../store/db.js';
  */
 export class TouchBuffer {
   private pending = new Map<string, string>();
+  /** The batch being written: still answered by peek until its transaction commits. */
+  private inflight = new Map<string, string>();
   private timer: NodeJS.Timeout | undefined;
   private flushing: Promise<void> = Promise.resolve();
 
@@ -26,7 +28,7 @@ export class TouchBuffer {
 
   /** The buffered touch of a page, so reads see their own touch before it is flushed. */
   peek(pageId: string): string | undefined {
-    return this.pending.get(pageId);
+    return this.pending.get(pageId) ?? this.inflight.get(pageId);
   }
 
   async flush(): Promise<void> {
@@ -34,6 +36,7 @@ export class TouchBuffer {
       if (this.pending.size === 0) return;
       const batch = this.pending;
       this.pending = new Map();
+      this.inflight = batch;
       try {
         await this.store.db.transaction().execute(async (trx) => {
           for (const [id, at] of batch) {
@@ -43,6 +46,8 @@ export class TouchBuffer {
       } catch {
         // The database is down: keep the touches for the next round rather than drop them.
         for (const [id, at] of batch) if (!this.pending.has(id)) this.pending.set(id, at);
+      } finally {
+        this.inflight = new Map();
       }
     });
     return this.flushing;

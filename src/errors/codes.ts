@@ -132,6 +132,8 @@ export const ERROR_CODES = {
 
   // Git (/git/<slug>.git): a push the import refuses; git shows the message as `remote:` lines.
   push_refused: 400,
+  /** A request body that stopped arriving (a push stalled for a minute). */
+  request_timeout: 408,
 } as const satisfies Record<string, number | readonly [number, ...number[]]>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

@@ -33,6 +33,8 @@ export interface BackendAnswer {
   kill(): void;
 }
 
+/** How long a request body may stay silent before git is stopped. */
+const BODY_IDLE_MS = 60_000;
 /** No request keeps a git process longer than this (a stalled client must not hold a push turn). */
 const MAX_RUN_MS = 30 * 60 * 1000;
 
@@ -61,13 +63,31 @@ export function runBackend(req: BackendRequest): Promise<BackendAnswer> {
     REMOTE_USER: req.remoteUser,
     REMOTE_ADDR: req.remoteAddr,
     ...(req.contentType ? { CONTENT_TYPE: req.contentType } : {}),
-    ...(req.contentLength ? { CONTENT_LENGTH: req.contentLength } : {}),
+    // No CONTENT_LENGTH: git then reads to EOF, which it gets when the body ends or when we stop
+    // it. With a length, git 2.39 spins forever on a client that hung up early.
     ...(req.contentEncoding ? { HTTP_CONTENT_ENCODING: req.contentEncoding } : {}),
     ...(req.gitProtocol ? { GIT_PROTOCOL: req.gitProtocol } : {}),
     ...req.extraEnv,
   };
-  const child = spawn('git', ['http-backend'], { env, stdio: ['pipe', 'pipe', 'pipe'], timeout: MAX_RUN_MS, killSignal: 'SIGKILL' });
-  const done = new Promise<void>((resolve) => child.on('close', () => resolve()));
+  // Its own process group: git's wrapper, http-backend and receive-pack die together.
+  const child = spawn('git', ['http-backend'], { env, stdio: ['pipe', 'pipe', 'pipe'], detached: true });
+  const killAll = () => {
+    try {
+      if (child.pid) process.kill(-child.pid, 'SIGKILL');
+    } catch {
+      /* already gone */
+    }
+  };
+  const deadline = setTimeout(killAll, MAX_RUN_MS);
+  deadline.unref();
+  const done = new Promise<void>((resolve) => {
+    const end = () => {
+      clearTimeout(deadline);
+      resolve();
+    };
+    child.on('exit', end);
+    child.on('close', end);
+  });
   let stderr = '';
   child.stderr.on('data', (c: Buffer) => {
     if (stderr.length < 4096) stderr += c.toString('utf8');
@@ -76,7 +96,7 @@ export function runBackend(req: BackendRequest): Promise<BackendAnswer> {
   return new Promise<BackendAnswer>((resolve, reject) => {
     let settled = false;
     const fail = (e: Error) => {
-      child.kill('SIGKILL');
+      killAll();
       if (settled) return;
       settled = true;
       reject(e);
@@ -86,7 +106,14 @@ export function runBackend(req: BackendRequest): Promise<BackendAnswer> {
 
     if (req.body) {
       let seen = 0;
+      // A client that stops sending keeps its push's turn: after a minute of silence it is dropped.
+      let idle = setTimeout(() => fail(new ServiceError(408, 'request_timeout', 'The upload stalled; nothing was changed')), BODY_IDLE_MS);
+      const stopIdle = () => clearTimeout(idle);
+      req.body.on('end', stopIdle);
+      req.body.on('close', stopIdle);
       req.body.on('data', (c: Buffer) => {
+        clearTimeout(idle);
+        idle = setTimeout(() => fail(new ServiceError(408, 'request_timeout', 'The upload stalled; nothing was changed')), BODY_IDLE_MS);
         seen += c.length;
         if (seen > req.maxBodyBytes) {
           req.body!.unpipe(child.stdin);
@@ -132,6 +159,7 @@ export function runBackend(req: BackendRequest): Promise<BackendAnswer> {
     child.stdout.on('data', onData);
     child.on('close', (code) => {
       if (!settled) fail(new Error(`git http-backend exited (${code}) before answering: ${stderr.trim()}`));
+      killAll();
     });
   });
 }

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { authenticateGit } from '../auth/git-token.js';
 import { notFound, ServiceError } from '../core/errors.js';
-import { cacheRepoDir, syncCache, withCacheTurn } from '../core/git/cache.js';
+import { cacheIsCurrent, cacheRepoDir, syncCache, withCacheTurn } from '../core/git/cache.js';
 import { toServiceError } from '../http/shared/errors.js';
 import { decideGitFetch, decideGitPush } from '../policy/git.js';
 import { enforce } from '../policy/pages.js';
@@ -66,6 +66,13 @@ export async function gitFace(face: FastifyInstance): Promise<void> {
     const { service, pathInfo, query } = route(req, p.workspaceId, rest, method);
     enforce(service === 'git-receive-pack' ? decideGitPush(p) : decideGitFetch(p));
 
+    const max = ctx.config.git.pushMaxBytes;
+    if (Number(header(req, 'content-length') ?? 0) > max)
+      throw new ServiceError(413, 'payload_too_large', `This push is larger than the server accepts (${Math.floor(max / 1048576)} MB)`);
+    // git never compresses a push; a compressed one would be inflated by git past the size limit.
+    if (service === 'git-receive-pack' && method === 'POST' && header(req, 'content-encoding')) {
+      throw new ServiceError(400, 'invalid_request', 'Push bodies must not be compressed (Content-Encoding)');
+    }
     const protocol = header(req, 'git-protocol');
     const common = {
       projectRoot: ctx.config.git.cacheDir,
@@ -101,7 +108,10 @@ export async function gitFace(face: FastifyInstance): Promise<void> {
         }).catch(reject);
       });
     } else {
-      await withCacheTurn(p.workspaceId, () => syncCache(ctx, p.workspaceId, hookFiles(cacheRepoDir(ctx, p.workspaceId))));
+      // Reading while a push runs is safe in git: only a cache behind the database waits its turn.
+      if (!(await cacheIsCurrent(ctx, p.workspaceId))) {
+        await withCacheTurn(p.workspaceId, () => syncCache(ctx, p.workspaceId, hookFiles(cacheRepoDir(ctx, p.workspaceId))));
+      }
       answer = await runBackend(common);
     }
     // A client gone before the answer was read must not leave git blocked on a full pipe.

@@ -59,8 +59,11 @@ export function hostAllowed(allowed: HostEntry[], name: string, port: number): b
 
 const DEFAULT_PORT: Record<string, number> = { http: 80, https: 443, ws: 80, wss: 443 };
 
-/** Load-balancer probes call these with the node's IP as Host; they are exempt from the Host check only. */
-const PROBES = new Set(['/healthz', '/readyz']);
+/**
+ * Load-balancer probes and Prometheus call these with the node's IP as Host; they are exempt from
+ * the Host check only (/metrics keeps its bearer token, which a rebinding page cannot know).
+ */
+const PROBES = new Set(['/healthz', '/readyz', '/metrics']);
 
 function originHost(origin: string): { name: string; port: number } | null {
   let u: URL;

@@ -4,6 +4,7 @@ import { changeRoutes } from './routes/changes.js';
 import { editRoutes } from './routes/edits.js';
 import { folderRoutes } from './routes/folders.js';
 import { inboxRoutes } from './routes/inbox.js';
+import { lifecycleRoutes } from './routes/lifecycle.js';
 import { logRoutes } from './routes/log.js';
 import { meRoutes } from './routes/me.js';
 import { nodeRoutes } from './routes/nodes.js';
@@ -48,6 +49,7 @@ export async function restFace(face: FastifyInstance): Promise<void> {
   await watchRoutes(r, ctx);
   await workspaceRoutes(r, ctx);
   await auditRoutes(r, ctx);
+  await lifecycleRoutes(r, ctx);
   await logRoutes(r, ctx);
 
   // The document covers every face (it is read when asked, so routes registered later are in it).

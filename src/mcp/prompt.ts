@@ -4,7 +4,7 @@ import { z } from 'zod';
 import type { CoreContext } from '../core/context.js';
 import { badRequest } from '../core/errors.js';
 import type { McpCallContext } from './server.js';
-import { buildBundle } from '../retrieval/bundle.js';
+import { readBundle } from '../core/bundle-read.js';
 import { BUNDLE_DEFAULT_TOKENS, BUNDLE_MAX_TOKENS, BUNDLE_MIN_TOKENS } from '../retrieval/bundle-input.js';
 import { SCOPE_MAX_CHARS } from '../retrieval/search-input.js';
 import { asServiceError } from './results.js';
@@ -72,7 +72,7 @@ export async function runPrompt(
     await call.spendCall();
     await call.spendBundle();
     const project = args.project.trim().replace(/^\/+|\/+$/g, '');
-    const bundle = await buildBundle(ctx, p, {
+    const bundle = await readBundle(ctx, p, {
       intent: `${project}: overview, goals, current state, decisions and open questions`,
       budgetTokens: budgetOf(args.budget_tokens),
       scope: project,

@@ -1,5 +1,6 @@
 import type { RetrievalContext } from './context.js';
 import { badRequest, forbidden } from '../errors/index.js';
+import { bundleSeconds } from '../metrics.js';
 import { hasActionWithin } from '../policy/access.js';
 import type { Principal } from '../policy/principal.js';
 import { folderPath, sectionsOfPages, visible, type Candidate, type Scope } from './candidates.js';
@@ -151,6 +152,15 @@ function settleRender(
  * tokenizer. The markdown never exceeds the budget; each section carries its source.
  */
 export async function buildBundle(ctx: RetrievalContext, p: Principal, opts: BundleOptions): Promise<Bundle> {
+  const end = bundleSeconds.startTimer();
+  try {
+    return await assembleBundle(ctx, p, opts);
+  } finally {
+    end();
+  }
+}
+
+async function assembleBundle(ctx: RetrievalContext, p: Principal, opts: BundleOptions): Promise<Bundle> {
   const intent = opts.intent.trim();
   if (intent === '') throw badRequest('The intent is empty', 'invalid_intent');
   if (!Number.isInteger(opts.budgetTokens) || opts.budgetTokens < BUNDLE_MIN_TOKENS || opts.budgetTokens > BUNDLE_MAX_TOKENS) {

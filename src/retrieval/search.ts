@@ -1,5 +1,6 @@
 import type { RetrievalContext } from './context.js';
 import { badRequest, forbidden } from '../errors/index.js';
+import { searchSeconds } from '../metrics.js';
 import { hasActionWithin } from '../policy/access.js';
 import type { Principal } from '../policy/principal.js';
 import { keywordCandidates, reachSql, vectorCandidates, widestCeiling, type Candidate, type Scope } from './candidates.js';
@@ -162,6 +163,15 @@ export async function halfLives(ctx: RetrievalContext, workspaceId: string): Pro
  * neither matches nor gives a snippet.
  */
 export async function searchPages(ctx: RetrievalContext, p: Principal, opts: SearchOptions): Promise<SearchResult> {
+  const end = searchSeconds.startTimer({ mode: opts.mode });
+  try {
+    return await runSearch(ctx, p, opts);
+  } finally {
+    end();
+  }
+}
+
+async function runSearch(ctx: RetrievalContext, p: Principal, opts: SearchOptions): Promise<SearchResult> {
   if (opts.q.trim() === '') throw badRequest('The query q is empty', 'invalid_query');
   if (!hasActionWithin(p, 'search', '*')) throw forbidden('No search grant');
   // A scope naming nothing the caller can search is an error naming what it can (issue 13).
@@ -180,8 +190,7 @@ export async function searchPages(ctx: RetrievalContext, p: Principal, opts: Sea
     if (list === null) {
       out.mode_used = 'fts';
       out.note = `embeddings are unavailable (${ctx.retrieval.provider.provider}); ranked by keyword (fts)`;
-      if (opts.mode === 'vector')
-        return searchPages(ctx, p, { ...opts, mode: 'fts' }).then((r) => ({ ...r, mode: 'vector', mode_used: 'fts', note: out.note! }));
+      if (opts.mode === 'vector') return runSearch(ctx, p, { ...opts, mode: 'fts' }).then((r) => ({ ...r, mode: 'vector', mode_used: 'fts', note: out.note! }));
     } else vec = byPage(list);
   }
 

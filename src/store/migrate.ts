@@ -12,6 +12,7 @@ import * as m009 from './migrations/009_keyword_per_workspace.js';
 import * as m010 from './migrations/010_maintenance_jobs.js';
 import * as m011 from './migrations/011_watches.js';
 import * as m012 from './migrations/012_oauth.js';
+import * as m013 from './migrations/013_lifecycle_runs.js';
 
 interface Migration {
   name: string;
@@ -32,6 +33,7 @@ const MIGRATIONS: Migration[] = [
   { name: '010_maintenance_jobs', up: m010.up },
   { name: '011_watches', up: m011.up },
   { name: '012_oauth', up: m012.up },
+  { name: '013_lifecycle_runs', up: m013.up },
 ];
 
 export async function migrate<T>(db: Kysely<T>, dialect: Dialect): Promise<string[]> {

@@ -290,8 +290,8 @@ export interface InboxEventsTable {
   workspace_id: string;
   principal_id: string;
   seq: number;
-  /** page_changed and watch_digest: a watch's events (issue 13, src/core/watches.ts). */
-  kind: 'mention' | 'reply' | 'proposal' | 'conflict' | 'page_changed' | 'watch_digest' | 'thread_locked';
+  /** page_changed and watch_digest: a watch's events (issue 13, src/core/watches.ts); lifecycle_digest: what a lifecycle run archived (issue 16). */
+  kind: 'mention' | 'reply' | 'proposal' | 'conflict' | 'page_changed' | 'watch_digest' | 'thread_locked' | 'lifecycle_digest';
   state: 'unread' | 'read' | 'done';
   page_id: string | null;
   proposal_id: string | null;
@@ -432,7 +432,24 @@ export interface OAuthTokensTable {
   revoked_at: string | null;
 }
 
+/** One lifecycle run (migration 013, src/core/lifecycle.ts); `(workspace_id, slot)` is the claim. */
+export interface LifecycleRunsTable {
+  workspace_id: string;
+  /** A scheduled slot's start (ISO), or `manual:<id>`. */
+  slot: string;
+  trigger: 'scheduled' | 'manual';
+  mode: 'dry' | 'apply';
+  principal_id: string | null;
+  started_at: string;
+  finished_at: string | null;
+  archived: Generated<number>;
+  commit_sha: string | null;
+  /** JSON: `{pages: [{id, path, folder, age_days}], skipped, digest_seqs}`. */
+  report: Generated<string>;
+}
+
 export interface DB {
+  lifecycle_runs: LifecycleRunsTable;
   oauth_clients: OAuthClientsTable;
   oauth_grants: OAuthGrantsTable;
   oauth_codes: OAuthCodesTable;

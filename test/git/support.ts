@@ -86,12 +86,20 @@ export class GitHome {
   /** Runs git asynchronously (the server lives in this process: a sync spawn would deadlock). */
   git(args: string[], opts: GitOptions = {}): Promise<GitResult> {
     return new Promise((resolve, reject) => {
-      const child = spawn('git', args, { cwd: opts.cwd ?? this.root, env: this.env(opts.env), stdio: ['pipe', 'pipe', 'pipe'] });
+      // Its own process group: on a timeout git's helpers (git-remote-http) die with it, or they
+      // would hold the pipes open and this promise would never settle.
+      const child = spawn('git', args, { cwd: opts.cwd ?? this.root, env: this.env(opts.env), stdio: ['pipe', 'pipe', 'pipe'], detached: true });
       let stdout = '';
       let stderr = '';
       child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
       child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-      const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs ?? 60_000);
+      const timer = setTimeout(() => {
+        try {
+          process.kill(-child.pid!, 'SIGKILL');
+        } catch {
+          child.kill('SIGKILL');
+        }
+      }, opts.timeoutMs ?? 60_000);
       child.on('error', (e) => {
         clearTimeout(timer);
         reject(e);

@@ -1024,6 +1024,24 @@ const ROWS: Row[] = [
   // --- Audit (issue 16): spec "S own"; the log of the workspace the request works in.
   { method: 'GET', route: '/api/v1/audit', auth: 'S', request: () => ({ path: '/api/v1/audit?limit=5' }), expect: owners(ok()) },
   { method: 'GET', route: '/api/v1/audit/verify', auth: 'S', request: () => ({ path: '/api/v1/audit/verify' }), expect: owners(ok()) },
+  // --- Lifecycle (issue 16): the report is for anyone (candidates filtered to what each may
+  // read); a run is "S own", and an apply also needs a step-up.
+  { method: 'GET', route: '/api/v1/lifecycle/candidates', auth: 'SK', request: () => ({ path: '/api/v1/lifecycle/candidates' }), expect: everyone(ok()) },
+  {
+    method: 'POST',
+    route: '/api/v1/lifecycle/run',
+    auth: 'S',
+    request: () => ({ path: '/api/v1/lifecycle/run', body: { mode: 'dry' } }),
+    expect: owners(ok()),
+  },
+  {
+    method: 'POST',
+    route: '/api/v1/lifecycle/run',
+    variant: 'apply',
+    auth: 'S',
+    request: () => ({ path: '/api/v1/lifecycle/run', body: { mode: 'apply' } }),
+    expect: ownerStepUpGate(ok()),
+  },
   // --- Log (issue 16): spec "S K (propose)". The owner seeds vault/log.md first, so every cell
   // appends to an existing log whoever runs first.
   {

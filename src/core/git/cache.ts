@@ -1,5 +1,5 @@
 import path from 'node:path';
-import { prepareBareRepo, syncBareRepo, type HookFile } from '../../store/git/cache-repo.js';
+import { bareRepoIsCurrent, prepareBareRepo, syncBareRepo, type HookFile } from '../../store/git/cache-repo.js';
 import type { CoreContext } from '../context.js';
 
 export type { HookFile } from '../../store/git/cache-repo.js';
@@ -38,4 +38,9 @@ export async function syncCache(ctx: CoreContext, workspaceId: string, hooks: re
   await prepareBareRepo(dir, hooks);
   await syncBareRepo(ctx.store.db, workspaceId, dir);
   return dir;
+}
+
+/** True when the workspace's cache repository exists and holds the database's main (no sync needed). */
+export function cacheIsCurrent(ctx: CoreContext, workspaceId: string): Promise<boolean> {
+  return bareRepoIsCurrent(ctx.store.db, workspaceId, cacheRepoDir(ctx, workspaceId));
 }

@@ -341,10 +341,14 @@ async function applyPush(
       await store.putObject(obj.type, obj.body);
     }
     let changes = 0;
+    // Pages this push deleted, by path: a later commit of the push that brings the path back (a
+    // merge keeping what a side line deleted) revives the same page, keeping its id.
+    const deleted = new Map<string, PagesTable>();
     for (const c of push.commits) {
       const seq = await recordCommit(trx, p.workspaceId, { sha: c.sha, parent: c.parent, principalId: p.id, message: c.message, at });
       for (const ch of c.changes) {
-        if (await applyChange(ctx, trx, p, ch, { sha: c.sha, seq }, c.message || `Push ${ch.path}`, at)) changes++;
+        const step = { commit: { sha: c.sha, seq }, message: c.message || `Push ${ch.path}`, at, deleted };
+        if (await applyChange(ctx, trx, p, ch, step)) changes++;
       }
     }
     await store.casRef(MAIN_REF, push.old, push.next);
@@ -368,10 +372,9 @@ async function applyChange(
   trx: Transaction<DB>,
   p: Principal,
   ch: PageChange,
-  commit: { sha: string; seq: number },
-  message: string,
-  at: Date,
+  step: { commit: { sha: string; seq: number }; message: string; at: Date; deleted: Map<string, PagesTable> },
 ): Promise<boolean> {
+  const { commit, message, at, deleted } = step;
   const target = parsePagePath(ch.path);
   const atPath = (await loadLivePage(trx, p.workspaceId, { path: ch.path })) ?? null;
   const remove = async (page: PagesTable) => {
@@ -386,6 +389,7 @@ async function applyChange(
       blobSha: null,
       at,
     });
+    deleted.set(page.path, page);
   };
   if (ch.action === 'delete') {
     if (!atPath) return false;
@@ -395,7 +399,9 @@ async function applyChange(
   const content = ch.content!;
   const source = ch.from ? ((await loadLivePage(trx, p.workspaceId, { path: ch.from })) ?? null) : null;
   // A move keeps the page's id; onto an occupied path it is an update there and a delete here.
-  const existing = source && !atPath ? source : atPath;
+  const revived = !atPath && !source ? deleted.get(ch.path) : undefined;
+  if (revived) deleted.delete(ch.path);
+  const existing = (source && !atPath ? source : atPath) ?? revived ?? null;
   const action = existing ? (existing === source ? 'move' : 'update') : 'create';
   enforce(decideWrite(p, existing ? rowFacts(existing) : null, facts(ch.path, content)));
   if (action === 'move') enforce(decideMove(p, true));

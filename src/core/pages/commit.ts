@@ -1,7 +1,9 @@
+import { commitsMade } from '../../metrics.js';
 import type { Principal } from '../../policy/principal.js';
 import type { Executor } from '../../store/db.js';
 import { ObjectStore } from '../../store/git/object-store.js';
 import { applyChanges } from '../../store/git/tree-paths.js';
+import { afterCommitIfAny } from '../../store/tx.js';
 
 export const MAIN_REF = 'refs/heads/main';
 
@@ -84,5 +86,7 @@ export async function recordCommit(
       created_at: c.at.toISOString(),
     })
     .execute();
+  // Counted once durable: a transaction rolled back (a lost race, a failed push) made no commit.
+  afterCommitIfAny(trx, () => commitsMade.inc());
   return seq;
 }

@@ -8,7 +8,7 @@ import { Timestamp } from '../schemas.js';
 
 const EventSchema = z.object({
   seq: z.number().int().describe('Grows per principal'),
-  kind: z.enum(['mention', 'reply', 'proposal', 'conflict', 'thread_locked', 'page_changed', 'watch_digest']),
+  kind: z.enum(['mention', 'reply', 'proposal', 'conflict', 'thread_locked', 'page_changed', 'watch_digest', 'lifecycle_digest']),
   state: z.enum(['unread', 'read', 'done']),
   created_at: Timestamp,
   page_id: z.string().nullable(),

@@ -2,7 +2,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
 import { pageBacklinks, relatedPages } from '../../retrieval/related.js';
-import { buildBundle } from '../../retrieval/bundle.js';
+import { readBundle } from '../../core/bundle-read.js';
 import { budgetTokens, bundleOptions, IntentText, type BundleParams } from '../../retrieval/bundle-input.js';
 import { SEARCH_MODES, searchPages } from '../../retrieval/search.js';
 import { QueryText, SCOPE_MAX_CHARS, SEARCH_MAX_TAGS, searchLimit } from '../../retrieval/search-input.js';
@@ -83,7 +83,7 @@ function wantsMarkdown(accept: string | undefined): boolean {
 export async function retrievalRoutes(r: RestApp, ctx: CoreContext): Promise<void> {
   /** One handler for both forms: the parameters come from the body (POST) or the query (GET). */
   const answerBundle = async (params: BundleParams, req: FastifyRequest, reply: FastifyReply) => {
-    const b = await buildBundle(ctx, caller(req), bundleOptions(params));
+    const b = await readBundle(ctx, caller(req), bundleOptions(params));
     if (wantsMarkdown(req.headers.accept))
       return reply
         .type('text/markdown; charset=utf-8')

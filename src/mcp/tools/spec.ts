@@ -18,7 +18,7 @@ import { listSpaces, spaceTree } from '../../core/spaces.js';
 import { MessageBody, MessageId, MessageKind, mentionList } from '../../core/thread-input.js';
 import { postMessage } from '../../core/threads.js';
 import { treeDepth } from '../../core/tree-input.js';
-import { buildBundle } from '../../retrieval/bundle.js';
+import { readBundle } from '../../core/bundle-read.js';
 import { budgetTokens, bundleOptions, IntentText } from '../../retrieval/bundle-input.js';
 import { relatedPages } from '../../retrieval/related.js';
 import { searchPages } from '../../retrieval/search.js';
@@ -77,7 +77,7 @@ export const SPEC_TOOLS: ToolDef[] = [
     // The markdown alone: every section already carries its source line (path, id, commit).
     run: async (a, { ctx, p, spendBundle }) => {
       await spendBundle();
-      return (await buildBundle(ctx, p, bundleOptions(a))).markdown;
+      return (await readBundle(ctx, p, bundleOptions(a))).markdown;
     },
   }),
   tool({

@@ -2,7 +2,8 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Executor } from '../db.js';
 import type { TreeEntry } from './codec.js';
-import { exists, exportToBareRepo, loosePath, readMainRef, setMainRef, writeAtomic, writeLoose } from './export.js';
+import { exists, loosePath, readMainRef, setMainRef, writeAtomic, writeLoose } from './export.js';
+import { exportPack } from './pack-export.js';
 import { ObjectStore } from './object-store.js';
 import { runGit } from './process.js';
 
@@ -37,6 +38,8 @@ const CONFIG = `[core]
 
 /** Above this many loose objects written by one sync, they are packed (clones read packs far faster). */
 const REPACK_LOOSE = 400;
+/** The longest a repack may run (a 10,000-page history takes about two minutes on a loaded 2-core machine). */
+const REPACK_TIMEOUT_MS = 60 * 60 * 1000;
 /** Above this many packs, they are folded into one. */
 const MAX_PACKS = 16;
 
@@ -64,6 +67,13 @@ async function writeIfChanged(file: string, content: string, mode: number): Prom
   await writeAtomic(file, content, mode);
 }
 
+/** The repository exists, is ours (config written) and its main is the database's. */
+export async function bareRepoIsCurrent(db: Executor, workspaceId: string, dir: string): Promise<boolean> {
+  if ((await fs.readFile(path.join(dir, 'config'), 'utf8').catch(() => null)) !== CONFIG) return false;
+  const head = await new ObjectStore(db, workspaceId).getRef('refs/heads/main');
+  return head === (await readMainRef(dir));
+}
+
 /**
  * Brings the cache up to the database's main: writes the objects of the commits made since the
  * commit the cache's main holds (walking only the trees that changed), then moves main. Falls
@@ -78,15 +88,12 @@ export async function syncBareRepo(db: Executor, workspaceId: string, dir: strin
   const from = cached
     ? await db.selectFrom('commits').select('seq').where('workspace_id', '=', workspaceId).where('sha', '=', cached).executeTakeFirst()
     : undefined;
-  if (!head || !from) {
-    const { objects } = await exportToBareRepo(db, workspaceId, dir);
-    await repack(dir, true);
-    return { objects, full: true };
-  }
   // Commits after the cached one, in the order they landed: parents before children.
-  const commits = await db.selectFrom('commits').select('sha').where('workspace_id', '=', workspaceId).where('seq', '>', from.seq).orderBy('seq').execute();
-  if (!commits.some((c) => c.sha === head)) {
-    const { objects } = await exportToBareRepo(db, workspaceId, dir);
+  const commits = from
+    ? await db.selectFrom('commits').select('sha').where('workspace_id', '=', workspaceId).where('seq', '>', from.seq).orderBy('seq').execute()
+    : [];
+  if (!head || !commits.some((c) => c.sha === head)) {
+    const { objects } = await exportPack(db, workspaceId, dir);
     await repack(dir, true);
     return { objects, full: true };
   }
@@ -132,6 +139,7 @@ export async function syncBareRepo(db: Executor, workspaceId: string, dir: strin
 export async function repack(dir: string, all: boolean): Promise<void> {
   const packs = (await fs.readdir(path.join(dir, 'objects', 'pack')).catch(() => [] as string[])).filter((f) => f.endsWith('.pack')).length;
   const args = all || packs >= MAX_PACKS ? ['repack', '-a', '-d', '-q', '--write-bitmap-index'] : ['repack', '-d', '-q'];
-  const r = await runGit(args, { cwd: dir, env: { GIT_DIR: dir } });
+  // A first pack of a large history can take minutes on a busy machine: no short timeout here.
+  const r = await runGit(args, { cwd: dir, env: { GIT_DIR: dir }, timeoutMs: REPACK_TIMEOUT_MS });
   if (r.code !== 0) throw new Error(`git repack failed: ${r.stderr}`);
 }

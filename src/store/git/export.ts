@@ -44,24 +44,15 @@ export async function writeLoose(dir: string, sha: string, type: ObjectType, bod
   await writeAtomic(file, deflateSync(Buffer.concat([Buffer.from(`${type} ${body.length}\0`), body])), 0o444);
 }
 
-/**
- * Brings a bare repository at `dir` up to date with a workspace: initialises it if needed, writes
- * every object not already present as a loose object, then sets refs/heads/main and HEAD.
- * Idempotent; returns how many objects were written.
- */
-export async function exportToBareRepo(db: Executor, workspaceId: string, dir: string): Promise<{ objects: number }> {
-  if (!(await exists(path.join(dir, 'HEAD'))) || !(await exists(path.join(dir, 'objects')))) {
-    await fs.mkdir(dir, { recursive: true });
-    await execFileP('git', ['init', '--bare', '--quiet', '--initial-branch=main', dir]);
-  }
+/** Creates a bare repository at `dir` (main as its branch) unless one is there. */
+export async function initBareRepo(dir: string): Promise<void> {
+  if ((await exists(path.join(dir, 'HEAD'))) && (await exists(path.join(dir, 'objects')))) return;
+  await fs.mkdir(dir, { recursive: true });
+  await execFileP('git', ['init', '--bare', '--quiet', '--initial-branch=main', dir]);
+}
 
-  const store = new ObjectStore(db, workspaceId);
-  // Read the ref before the objects: everything it reaches was committed with it, so the scan
-  // below sees all of it. Reading it afterwards could name a commit the scan missed.
-  const main = await store.getRef(MAIN_REF);
-
-  let written = 0;
-  const pendingDeltas: Array<{ sha: string; depth: number }> = [];
+/** A workspace's objects in pages of ids (keyset by sha: cheap even when most objects are known). */
+export async function* scanObjects(db: Executor, workspaceId: string): AsyncGenerator<{ sha: string; base_sha: string | null; depth: number | string }[]> {
   let after = '';
   for (;;) {
     const page = await db
@@ -72,26 +63,51 @@ export async function exportToBareRepo(db: Executor, workspaceId: string, dir: s
       .orderBy('sha')
       .limit(SCAN_PAGE)
       .execute();
-    if (page.length === 0) break;
+    if (page.length === 0) return;
     after = page[page.length - 1]!.sha;
+    yield page;
+  }
+}
 
+/** The stored rows (type and compressed data) of objects stored whole, a batch per query. */
+export async function* storedObjects(db: Executor, workspaceId: string, shas: readonly string[], batch: number) {
+  for (let i = 0; i < shas.length; i += batch) {
+    const rows = await db
+      .selectFrom('git_objects')
+      .select(['sha', 'type', 'data'])
+      .where('workspace_id', '=', workspaceId)
+      .where('sha', 'in', shas.slice(i, i + batch))
+      .execute();
+    if (rows.length !== Math.min(batch, shas.length - i)) throw new Error(`objects of workspace ${workspaceId} vanished during export`);
+    yield* rows;
+  }
+}
+
+/**
+ * Brings a bare repository at `dir` up to date with a workspace: initialises it if needed, writes
+ * every object not already present as a loose object, then sets refs/heads/main and HEAD.
+ * Idempotent; returns how many objects were written.
+ */
+export async function exportToBareRepo(db: Executor, workspaceId: string, dir: string): Promise<{ objects: number }> {
+  await initBareRepo(dir);
+
+  const store = new ObjectStore(db, workspaceId);
+  // Read the ref before the objects: everything it reaches was committed with it, so the scan
+  // below sees all of it. Reading it afterwards could name a commit the scan missed.
+  const main = await store.getRef(MAIN_REF);
+
+  let written = 0;
+  const pendingDeltas: Array<{ sha: string; depth: number }> = [];
+  for await (const page of scanObjects(db, workspaceId)) {
     const missing: string[] = [];
     for (const row of page) {
       if (await exists(loosePath(dir, row.sha))) continue;
       if (row.base_sha !== null) pendingDeltas.push({ sha: row.sha, depth: Number(row.depth) });
       else missing.push(row.sha);
     }
-    for (let i = 0; i < missing.length; i += FETCH_BATCH) {
-      const rows = await db
-        .selectFrom('git_objects')
-        .select(['sha', 'type', 'data'])
-        .where('workspace_id', '=', workspaceId)
-        .where('sha', 'in', missing.slice(i, i + FETCH_BATCH))
-        .execute();
-      for (const row of rows) {
-        await writeLoose(dir, row.sha, row.type, inflateSync(row.data));
-        written++;
-      }
+    for await (const row of storedObjects(db, workspaceId, missing, FETCH_BATCH)) {
+      await writeLoose(dir, row.sha, row.type, inflateSync(row.data));
+      written++;
     }
   }
 
