@@ -16,11 +16,15 @@ const PASSWORD = 'velvet otter juggles 7 lanterns';
 let n = 0;
 const email = (tag: string) => `${tag}-${process.pid}-${++n}-${Date.now()}@example.com`;
 
-function expectLimited(r: Res, maxRetry: number, body: 'rest' | 'oauth' = 'rest'): void {
+function expectLimited(r: Res, maxRetry: number, body: 'rest' | 'oauth' | 'git' = 'rest'): void {
   expect(r.status).toBe(429);
-  // The OAuth endpoints answer errors in OAuth's own body (RFC 6749 §5.2).
+  // The OAuth endpoints answer errors in OAuth's own body (RFC 6749 §5.2); /git in text, which
+  // git shows its user as `remote:` lines.
   if (body === 'oauth') expect(r.body).toEqual({ error: 'rate_limited', error_description: expect.any(String) });
-  else expect(r.body).toEqual({ error: { code: 'rate_limited', message: expect.any(String) }, code: 'rate_limited' });
+  else if (body === 'git') {
+    expect(r.headers.get('content-type')).toMatch(/^text\/plain/);
+    expect(r.text).toMatch(/^Too many requests: the limit is \d+ per minute per IP/);
+  } else expect(r.body).toEqual({ error: { code: 'rate_limited', message: expect.any(String) }, code: 'rate_limited' });
   const retry = r.headers.get('retry-after');
   expect(retry).toMatch(/^\d+$/);
   expect(Number(retry)).toBeGreaterThanOrEqual(1);
@@ -274,7 +278,7 @@ describe.each(testEngines())('per-IP limits over HTTP (%s)', (engine) => {
   it('git: per IP, any method, whatever the route answers', async () => {
     const c = new Client(s.url);
     for (let i = 0; i < 3; i++) expect((await c.get('/git/ws.git/info/refs?service=git-upload-pack')).status).not.toBe(429);
-    expectLimited(await c.post('/git/ws.git/git-upload-pack', {}), 20);
+    expectLimited(await c.post('/git/ws.git/git-upload-pack', {}), 20, 'git');
   });
 
   it('OAuth registration and token endpoints: per IP, separately', async () => {
