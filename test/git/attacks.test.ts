@@ -992,17 +992,20 @@ describe.each(testEngines())('git face: uploads that never finish (%s)', (engine
     return receivePackBody(w.g, dir, before, sha);
   }
 
-  /** An ordinary push after the abuse lands (bounded: a wedged workspace makes git time out). */
+  /**
+   * An ordinary push after the abuse lands (bounded: a wedged workspace makes git time out; the
+   * bound is generous because CI runs the git suites of both engines side by side on 2 cores).
+   */
   async function nextPushLands(w: GitWorld): Promise<void> {
     const dir = w.g.path('after');
-    const c = await gitBounded(w.g, ['clone', '-q', w.url(), dir], { timeoutMs: 15_000 });
+    const c = await gitBounded(w.g, ['clone', '-q', w.url(), dir], { timeoutMs: 30_000 });
     expect(c.code, `the clone after a hang-up: ${said(c)}`).toBe(0);
     writeFile(dir, 'eng/alive/after.md', '# Alive\n');
     const sha = await commitAll(w.g, dir, 'After the hang-up');
-    const r = await gitBounded(w.g, ['push', 'origin', 'main'], { cwd: dir, timeoutMs: 15_000 });
+    const r = await gitBounded(w.g, ['push', 'origin', 'main'], { cwd: dir, timeoutMs: 30_000 });
     expect(r.code, `the push after a hang-up: ${said(r)}`).toBe(0);
-    const ls = await gitBounded(w.g, ['ls-remote', w.url(), 'refs/heads/main'], { timeoutMs: 15_000 });
-    expect(ls.stdout.split('\t')[0]).toBe(sha);
+    const ls = await gitBounded(w.g, ['ls-remote', w.url(), 'refs/heads/main'], { timeoutMs: 30_000 });
+    expect(ls.stdout.split('\t')[0], `ls-remote after the push: ${said(ls)}`).toBe(sha);
   }
 
   it('a client that hangs up mid-upload (chunked) leaves no stuck turn: the next push lands', { timeout: 120_000 }, async () => {
