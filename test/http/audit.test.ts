@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEngines } from '../support/engines.js';
 import { expectError, expectStatus } from '../support/expect.js';
 import { Client, createAgentWithKey, joinAs, startTestServer, type TestServer } from '../support/server.js';
+import type { AuditEntryRecord } from '../../src/core/audit.js';
 
 /**
  * The audit log over REST (issue 16): an owner reads the workspace's hash chain newest first,
@@ -12,16 +13,8 @@ import { Client, createAgentWithKey, joinAs, startTestServer, type TestServer } 
 
 const PASSWORD = 'correct horse battery';
 
-interface Entry {
-  seq: number;
-  at: string;
-  actor: { id: string; kind: 'human' | 'agent' | null; name: string | null } | null;
-  action: string;
-  target: { node_id: string | null; path: string | null } | null;
-  detail: Record<string, unknown>;
-  prev_hash: string;
-  hash: string;
-}
+/** The record REST answers, as core presents it. */
+type Entry = AuditEntryRecord;
 
 describe.each(testEngines())('audit log over REST (%s)', (engine) => {
   let s: TestServer;
