@@ -7,6 +7,7 @@
 import os from 'node:os';
 import { benchBytesPerCommit, snapshotBeforeSeed } from './bytes.js';
 import { benchGit } from './git.js';
+import { benchImport } from './import.js';
 import { benchMcp } from './mcp.js';
 import { benchMcpSession } from './mcp-session.js';
 import { benchReads } from './reads.js';
@@ -14,7 +15,7 @@ import { RETRIEVAL_NAMES, runRetrievalBenches } from './retrieval-suite.js';
 import { cleanupAllSync, fsyncProbe, installCleanupHandlers, loadAverage, log, makeTempDir, removeTempDir, round } from './util.js';
 import { benchCoreWrites, benchRestWrites, closeFixture, seedFolder, setupFixture, type Fixture } from './writes.js';
 
-const NAMES = ['writes', 'bytes_per_commit', 'reads', 'mcp', 'mcp_session', 'git', ...RETRIEVAL_NAMES] as const;
+const NAMES = ['writes', 'bytes_per_commit', 'reads', 'mcp', 'mcp_session', 'git', 'import', ...RETRIEVAL_NAMES] as const;
 type Name = (typeof NAMES)[number];
 
 class UsageError extends Error {}
@@ -112,6 +113,12 @@ async function main(): Promise<void> {
     // Token figures of a scripted agent session; the same with --quick (it has no duration).
     out.mcp_session = await benchMcpSession();
     loads.after_mcp_session = loadAverage();
+  }
+
+  if (only.has('import')) {
+    log('import: a zip of real markdown through POST /api/v1/import, to searchable');
+    out.import = await benchImport({ files: quick ? 2_000 : 10_000 });
+    loads.after_import = loadAverage();
   }
 
   if (only.has('git')) {

@@ -123,6 +123,8 @@ export function installCleanupHandlers(): void {
 export interface ChildServer {
   url: string;
   port: number;
+  /** The child's process group (tsx and the node process it starts). */
+  pgid: number | undefined;
   /** Last lines of the child's output, for error messages. */
   tail(): string;
   stop(): Promise<void>;
@@ -215,12 +217,31 @@ export async function startChild(opts: {
     }
     await sleep(100);
   }
-  return { url, port, tail, stop };
+  return { url, port, pgid: child.pid, tail, stop };
 }
 
 // ---------------------------------------------------------------------------------------------
 // Statistics and load
 // ---------------------------------------------------------------------------------------------
+
+/** Peak resident memory (VmHWM, bytes) of the largest process of a process group (Linux; null elsewhere). */
+export function peakRssOfGroup(pgid: number | undefined): number | null {
+  if (pgid === undefined || !fs.existsSync('/proc/self/status')) return null;
+  let peak: number | null = null;
+  for (const pid of fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+    try {
+      const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+      // Fields after the command (which may hold spaces): state, ppid, pgrp, …
+      const pgrp = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]);
+      if (pgrp !== pgid) continue;
+      const hwm = /VmHWM:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+      if (hwm) peak = Math.max(peak ?? 0, Number(hwm[1]) * 1024);
+    } catch {
+      /* the process ended meanwhile */
+    }
+  }
+  return peak;
+}
 
 export function round(n: number, digits = 2): number {
   const f = 10 ** digits;

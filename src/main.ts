@@ -1,15 +1,24 @@
+import { runCli, usage } from './cli/index.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import { hasAnyHuman } from './core/accounts.js';
 import { startServer } from './server.js';
 import { openStore } from './store/db.js';
 
-const USAGE = `Usage: context-vault [serve|migrate]
-  serve     start the service (default)
-  migrate   apply database migrations and exit
-Configuration is read from the environment; see README.md.`;
-
 async function main(argv: string[]): Promise<void> {
   const command = argv[0] ?? 'serve';
+  // Every other word is an operator's command (src/cli/): it exits with that command's code.
+  if (command !== 'serve' && command !== 'migrate') {
+    process.exitCode = await runCli(argv);
+    return;
+  }
+  if (argv.length > 1) {
+    if (argv[1] === '--help' || argv[1] === '-h') {
+      console.log(usage());
+      return;
+    }
+    console.error(`context-vault ${command}: unexpected argument ${JSON.stringify(argv[1])}\n\n${usage()}`);
+    process.exit(2);
+  }
   let config: Config;
   try {
     config = loadConfig();
@@ -25,10 +34,6 @@ async function main(argv: string[]): Promise<void> {
     await store.close();
     console.log('migrations applied');
     return;
-  }
-  if (command !== 'serve') {
-    console.error(USAGE);
-    process.exit(2);
   }
   let server: Awaited<ReturnType<typeof startServer>>;
   try {

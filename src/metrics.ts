@@ -36,6 +36,36 @@ export const bundleSeconds = new Histogram({
   registers: [processRegistry],
 });
 
+/** Files of imports applied by this process, by what became of them. */
+export const importFiles = new Counter({
+  name: 'cv_import_files_total',
+  help: 'Files of imports applied by this process, by outcome (created, updated, unchanged, skipped)',
+  labelNames: ['outcome'] as const,
+  registers: [processRegistry],
+});
+
+/** Imports this process finished, by their end (done, failed). */
+export const importsFinished = new Counter({
+  name: 'cv_imports_total',
+  help: 'Imports finished by this process, by final status',
+  labelNames: ['status'] as const,
+  registers: [processRegistry],
+});
+
+/** Lifecycle runs this process made, by trigger and mode, and the pages they archived. */
+export const lifecycleRuns = new Counter({
+  name: 'cv_lifecycle_runs_total',
+  help: 'Lifecycle job runs made by this process, by trigger (scheduled, manual) and mode (dry, apply)',
+  labelNames: ['trigger', 'mode'] as const,
+  registers: [processRegistry],
+});
+
+export const lifecycleArchived = new Counter({
+  name: 'cv_lifecycle_archived_pages_total',
+  help: 'Pages archived as stale by lifecycle runs of this process',
+  registers: [processRegistry],
+});
+
 let defaultsOn = false;
 
 /** Node's own metrics (CPU, memory, event-loop lag, GC), under their usual names; once per process. */

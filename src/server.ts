@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { buildApp, type AppOptions } from './app.js';
 import type { Config } from './config.js';
 import type { CoreContext } from './core/context.js';
+import { importRunner } from './core/import/index.js';
 import { LifecycleScheduler } from './core/lifecycle-job.js';
 import { TouchBuffer } from './core/touches.js';
 import { Notifier } from './core/notifier.js';
@@ -37,6 +38,9 @@ export async function startServer(config: Config, opts: AppOptions = {}): Promis
   retrieval.reindex.start(app.log);
   const lifecycle = new LifecycleScheduler(ctx);
   lifecycle.start();
+  // Imports accepted before a crash or restart (or left by a node that stopped) are finished.
+  const imports = importRunner(ctx);
+  imports.start();
   const addr = app.server.address();
   const port = typeof addr === 'object' && addr ? addr.port : config.port;
   const host = config.host.includes(':') ? `[${config.host}]` : config.host;
@@ -50,6 +54,7 @@ export async function startServer(config: Config, opts: AppOptions = {}): Promis
     close: async () => {
       await app.close();
       await lifecycle.stop();
+      await imports.stop();
       await retrieval.stop();
       await listener?.close();
       await touches.stop();

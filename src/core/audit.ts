@@ -29,6 +29,12 @@ export function auditHash(prevHash: string, entry: HashedEntry): string {
 
 /** Appends one entry to the workspace's chain; call inside the mutation's transaction. */
 export async function appendAudit(trx: Executor, workspaceId: string, input: AuditInput, at = new Date()): Promise<void> {
+  await appendAuditMany(trx, workspaceId, [input], at);
+}
+
+/** Appends entries in order, chained, in a few statements (an import's batch); same transaction rule. */
+export async function appendAuditMany(trx: Executor, workspaceId: string, inputs: readonly AuditInput[], at = new Date()): Promise<void> {
+  if (inputs.length === 0) return;
   const last = await trx
     .selectFrom('audit_log')
     .select(['seq', 'hash'])
@@ -36,19 +42,26 @@ export async function appendAudit(trx: Executor, workspaceId: string, input: Aud
     .orderBy('seq', 'desc')
     .limit(1)
     .executeTakeFirst();
-  const entry = {
-    seq: (last?.seq ?? 0) + 1,
-    at: at.toISOString(),
-    principal_id: input.principalId,
-    action: input.action,
-    node_id: input.pageId ?? null,
-    detail: JSON.stringify(input.detail ?? {}),
-  };
-  const prevHash = last?.hash ?? GENESIS;
-  await trx
-    .insertInto('audit_log')
-    .values({ workspace_id: workspaceId, ...entry, prev_hash: prevHash, hash: auditHash(prevHash, entry) })
-    .execute();
+  let seq = last?.seq ?? 0;
+  let prevHash = last?.hash ?? GENESIS;
+  const rows = inputs.map((input) => {
+    const entry = {
+      seq: ++seq,
+      at: at.toISOString(),
+      principal_id: input.principalId,
+      action: input.action,
+      node_id: input.pageId ?? null,
+      detail: JSON.stringify(input.detail ?? {}),
+    };
+    const row = { workspace_id: workspaceId, ...entry, prev_hash: prevHash, hash: auditHash(prevHash, entry) };
+    prevHash = row.hash;
+    return row;
+  });
+  for (let i = 0; i < rows.length; i += 500)
+    await trx
+      .insertInto('audit_log')
+      .values(rows.slice(i, i + 500))
+      .execute();
 }
 
 /** Where a chain first breaks: the entry whose stored hashes do not follow from its predecessor. */

@@ -6,7 +6,8 @@ import { canReadPage, enforce } from '../policy/pages.js';
 import type { Principal } from '../policy/principal.js';
 import type { Executor } from '../store/db.js';
 import type { DB, LifecycleRunsTable, PagesTable } from '../store/schema.js';
-import { inTransaction } from '../store/tx.js';
+import { afterCommitIfAny, inTransaction } from '../store/tx.js';
+import { lifecycleArchived, lifecycleRuns } from '../metrics.js';
 import { appendAudit } from './audit.js';
 import type { CoreContext } from './context.js';
 import { pushEvents } from './inbox-events.js';
@@ -314,6 +315,10 @@ export async function runSlot(
       .where('workspace_id', '=', workspaceId)
       .where('slot', '=', run.slot)
       .execute();
+    afterCommitIfAny(trx, () => {
+      lifecycleRuns.inc({ trigger: run.trigger, mode: run.mode });
+      lifecycleArchived.inc(archived);
+    });
     return { mode: run.mode, pages: todo.map((s) => s.candidate), archived, commit_sha: commitSha, remaining };
   });
 }

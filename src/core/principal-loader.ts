@@ -135,3 +135,22 @@ export async function loadPrincipals(db: Executor, workspaceId: string, ids: rea
 export async function loadPrincipal(db: Executor, workspaceId: string, id: string, now = new Date()): Promise<Principal | null> {
   return (await loadPrincipals(db, workspaceId, [id], now)).get(id) ?? null;
 }
+
+/** The live keys among `keyIds` (not revoked, not expired, of the current token epoch) and their ceilings. */
+export async function liveKeys(db: Executor, workspaceId: string, keyIds: readonly string[], now: Date): Promise<Map<string, Level | null>> {
+  const out = new Map<string, Level | null>();
+  const ids = [...new Set(keyIds)];
+  if (ids.length === 0) return out;
+  const rows = await db
+    .selectFrom('agent_keys')
+    .innerJoin('workspaces', 'workspaces.id', 'agent_keys.workspace_id')
+    .select(['agent_keys.id', 'agent_keys.ceiling', 'agent_keys.revoked_at', 'agent_keys.expires_at', 'agent_keys.epoch', 'workspaces.token_epoch'])
+    .where('agent_keys.workspace_id', '=', workspaceId)
+    .where('agent_keys.id', 'in', ids)
+    .execute();
+  for (const k of rows) {
+    if (k.revoked_at || k.epoch !== k.token_epoch || (k.expires_at && Date.parse(k.expires_at) <= now.getTime())) continue;
+    out.set(k.id, isLevel(k.ceiling) ? k.ceiling : null);
+  }
+  return out;
+}

@@ -222,6 +222,8 @@ export async function mintKey(
   p: Principal,
   id: string,
   input: { name: string; expires_in_days?: number | null | undefined; ip_pin?: string | null | undefined; ceiling?: Level | null | undefined },
+  /** Set by the operator's command line (src/core/operator.ts): recorded in the audit entry. */
+  by?: { via: 'operator'; operator: string },
 ): Promise<KeyRecord & { key: string }> {
   const agent = await manageable(ctx, p, id);
   if (agent.suspended_at) {
@@ -252,7 +254,7 @@ export async function mintKey(
     const ws = await trx.selectFrom('workspaces').select('token_epoch').where('id', '=', p.workspaceId).executeTakeFirstOrThrow();
     row.epoch = ws.token_epoch;
     await trx.insertInto('agent_keys').values(row).execute();
-    await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'agent.key.mint', detail: { agent: id, key: row.id } });
+    await appendAudit(trx, p.workspaceId, { principalId: p.id, action: 'agent.key.mint', detail: { agent: id, key: row.id, ...by } });
   });
   const { token_hash: _h, principal_id: _p, workspace_id: _w, epoch: _e, ...rest } = row;
   return { ...rest, key: secret };

@@ -3,7 +3,7 @@ import { ulid } from 'ulid';
 import { ceilingFor } from '../policy/access.js';
 import { canReadPage, type PageFacts } from '../policy/pages.js';
 import type { Principal } from '../policy/principal.js';
-import { atOrBelow, isLevel, LEVELS, rank, type Level } from '../policy/sensitivity.js';
+import { atOrBelow, LEVELS, rank, type Level } from '../policy/sensitivity.js';
 import { canWatchFolder, canWatchPage, revealsOldPath, watchDelivers, type FolderSight } from '../policy/watches.js';
 import { findReadablePage, isPageId } from '../retrieval/lookup.js';
 import type { Executor } from '../store/db.js';
@@ -14,7 +14,7 @@ import type { CoreContext } from './context.js';
 import { badRequest, conflict, notFound } from './errors.js';
 import { wakeInboxes } from './inbox-events.js';
 import { parseFolderPath, parsePagePath } from './paths.js';
-import { loadPrincipals } from './principal-loader.js';
+import { liveKeys, loadPrincipals } from './principal-loader.js';
 import { WATCH_ID, WATCH_LIMITS, type WatchTargetInput } from './watch-input.js';
 
 /**
@@ -119,25 +119,6 @@ async function resolveTarget(db: Executor, p: Principal, input: WatchTargetInput
   if (ceiling === null) throw noTarget(what);
   if (!canWatchFolder(p, path, await folderSight(db, p, path, ceiling))) throw noTarget(what);
   return { target: `path:${path}`, kind: 'folder', pageId: null, path };
-}
-
-/** Keys (by id) that still hold: not revoked, not expired, minted in the workspace's current token epoch. Their ceilings. */
-async function liveKeys(db: Executor, workspaceId: string, keyIds: readonly string[], now: Date): Promise<Map<string, Level | null>> {
-  const out = new Map<string, Level | null>();
-  const ids = [...new Set(keyIds)];
-  if (ids.length === 0) return out;
-  const rows = await db
-    .selectFrom('agent_keys')
-    .innerJoin('workspaces', 'workspaces.id', 'agent_keys.workspace_id')
-    .select(['agent_keys.id', 'agent_keys.ceiling', 'agent_keys.revoked_at', 'agent_keys.expires_at', 'agent_keys.epoch', 'workspaces.token_epoch'])
-    .where('agent_keys.workspace_id', '=', workspaceId)
-    .where('agent_keys.id', 'in', ids)
-    .execute();
-  for (const k of rows) {
-    if (k.revoked_at || k.epoch !== k.token_epoch || (k.expires_at && Date.parse(k.expires_at) <= now.getTime())) continue;
-    out.set(k.id, isLevel(k.ceiling) ? k.ceiling : null);
-  }
-  return out;
 }
 
 /**

@@ -5,6 +5,7 @@ import { editRoutes } from './routes/edits.js';
 import { folderRoutes } from './routes/folders.js';
 import { inboxRoutes } from './routes/inbox.js';
 import { lifecycleRoutes } from './routes/lifecycle.js';
+import { importRoutes } from './routes/import.js';
 import { logRoutes } from './routes/log.js';
 import { meRoutes } from './routes/me.js';
 import { nodeRoutes } from './routes/nodes.js';
@@ -51,6 +52,7 @@ export async function restFace(face: FastifyInstance): Promise<void> {
   await auditRoutes(r, ctx);
   await lifecycleRoutes(r, ctx);
   await logRoutes(r, ctx);
+  await importRoutes(r, ctx);
 
   // The document covers every face (it is read when asked, so routes registered later are in it).
   face.get('/openapi.json', { config: { auth: 'public' }, schema: { hide: true } }, async () => face.swagger());

@@ -1,6 +1,6 @@
 import MarkdownIt, { type StateBlock, type Token } from 'markdown-it';
 import { LEVELS, rank, type Level } from '../policy/sensitivity.js';
-import { lineStarts, parseDocument } from './frontmatter.js';
+import { lastOf, lineStarts, parseDocument } from './frontmatter.js';
 
 /** A `::: <level>` … `:::` block; lines are 0-based, endLine exclusive, fences included. */
 export interface SensitiveBlock {
@@ -70,7 +70,12 @@ interface Located extends SensitiveBlock {
   column: number;
 }
 
-function locateBlocks(body: string): Located[] {
+/** The blocks of a body; the last answer is kept (see tokensOf in structure.ts), callers only read it. */
+const locateBlocks = lastOf(findBlocks);
+
+function findBlocks(body: string): readonly Located[] {
+  // A block opens with a line of three colons: a body without them has none (and most have none).
+  if (!body.includes(':::')) return [];
   const lineCount = lineStarts(body).length;
   const found: Located[] = [];
   interface Open {

@@ -15,6 +15,19 @@ export interface ParsedDocument {
  * ones markdown-it splits on, so its token line maps index into this array. A trailing line
  * break does not open an extra empty line (again as markdown-it counts).
  */
+/** `fn` remembering its last argument and answer (for pure functions of a string). */
+export function lastOf<T>(fn: (text: string) => T): (text: string) => T {
+  let lastText: string | undefined;
+  let lastValue: T | undefined;
+  return (text) => {
+    if (text !== lastText) {
+      lastValue = fn(text);
+      lastText = text;
+    }
+    return lastValue as T;
+  };
+}
+
 export function lineStarts(text: string): number[] {
   const starts: number[] = [];
   if (text.length > 0) starts.push(0);

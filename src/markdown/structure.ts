@@ -1,6 +1,6 @@
 import MarkdownIt, { type Token } from 'markdown-it';
 import { findSensitiveBlocks } from './blocks.js';
-import { lineStarts } from './frontmatter.js';
+import { lastOf, lineStarts } from './frontmatter.js';
 
 export interface Link {
   /** The linked page as written, without `#fragment` or `?query`, URL-decoded; not resolved. */
@@ -25,9 +25,12 @@ export interface Section {
 // Raw HTML is off so that an HTML block cannot swallow the markdown that follows it.
 const md = new MarkdownIt('default', { html: false, linkify: false });
 
-function tokensOf(body: string): Token[] {
-  return md.parse(body, {});
-}
+/**
+ * The tokens of a body. Deriving a page's title, links, sections and blocks asks for the same
+ * body several times in a row, and parsing is most of a write's CPU: the last answer is kept.
+ * Callers only read the tokens.
+ */
+const tokensOf = lastOf((body: string): readonly Token[] => md.parse(body, {}));
 
 /** Readable text of inline tokens: markup dropped, code and image alt text kept. */
 function plainText(tokens: Token[] | null | undefined): string {

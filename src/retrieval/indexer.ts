@@ -4,7 +4,7 @@ import { visibleUnder } from '../policy/access.js';
 import { LEVELS, type Level } from '../policy/sensitivity.js';
 import type { DB, PagesTable } from '../store/schema.js';
 import { afterCommitIfAny } from '../store/tx.js';
-import { chunkBody } from './chunking.js';
+import { chunkBody, type Chunk } from './chunking.js';
 import { wakeEmbedWorkers } from './embed-worker.js';
 import { clearKeywordIndexes, ensureKeywordIndex, indexSections, isSqlite, unindexSections } from './keyword-index.js';
 import { linkKey, pageKeys, pickTarget } from './links.js';
@@ -14,12 +14,23 @@ type Exec = Kysely<DB> | Transaction<DB>;
 const BATCH = 200;
 
 /** Inserts a page's index rows into `table`, BATCH at a time (engines bound a statement's parameters). */
-async function insertBatched<T extends 'page_sections' | 'page_links' | 'page_tags'>(db: Exec, table: T, rows: Insertable<DB[T]>[]): Promise<void> {
+async function insertBatched<T extends 'page_sections' | 'page_links' | 'page_tags' | 'page_keys'>(
+  db: Exec,
+  table: T,
+  rows: Insertable<DB[T]>[],
+): Promise<void> {
   for (let i = 0; i < rows.length; i += BATCH)
     await db
       .insertInto(table)
       .values(rows.slice(i, i + BATCH))
       .execute();
+}
+
+/** `values` in slices the engines take (they bound a statement's parameters). */
+function slices<T>(values: readonly T[], size = BATCH): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < values.length; i += size) out.push(values.slice(i, i + size));
+  return out;
 }
 
 /**
@@ -28,97 +39,119 @@ async function insertBatched<T extends 'page_sections' | 'page_links' | 'page_ta
  * delete). Everything is rebuilt from the row: a page is small and a write is rare next to reads.
  */
 export async function indexPage(db: Exec, row: PagesTable): Promise<void> {
-  const ws = row.workspace_id;
-  const sqlite = isSqlite(db);
-  if (sqlite) {
-    await ensureKeywordIndex(db, ws);
-    await unindexSections(db, ws, row.id);
-  }
-  await db.deleteFrom('page_sections').where('page_id', '=', row.id).execute();
-  await db.deleteFrom('page_links').where('source_id', '=', row.id).execute();
-  await db.deleteFrom('page_keys').where('page_id', '=', row.id).execute();
-  await db.deleteFrom('page_tags').where('page_id', '=', row.id).execute();
-  // Vectors follow through the embedding worker (retrieval/embed-worker.ts): queue the page.
-  await db
-    .insertInto('embed_jobs')
-    .values({
-      page_id: row.id,
-      workspace_id: ws,
-      content_hash: row.deleted_at === null ? row.content_hash : 'deleted',
-      queued_at: row.updated_at,
-      attempts: 0,
-      not_before: null,
-      last_error: null,
-    })
-    .onConflict((oc) =>
-      oc.column('page_id').doUpdateSet((eb) => ({
-        content_hash: eb.ref('excluded.content_hash'),
-        queued_at: eb.ref('excluded.queued_at'),
-        attempts: 0,
-        not_before: null,
-      })),
-    )
-    .execute();
-  afterCommitIfAny(db, wakeEmbedWorkers);
-  if (row.deleted_at !== null) {
-    // Links that reached this page by id may reach a page created later at its name.
-    await db.updateTable('page_links').set({ target_id: null }).where('workspace_id', '=', ws).where('target_id', '=', row.id).execute();
-    return;
-  }
+  await indexPages(db, [row]);
+}
 
-  const { body } = parseDocument(row.content);
-  const chunks = chunkBody(body);
+/**
+ * indexPage for many pages of one workspace at once (an import's batch): the same rows, in a
+ * few statements per batch instead of a dozen per page. Links between the pages resolve to
+ * each other whatever their order. `chunked`: pages' chunks already cut (chunkBody of the
+ * page's body), by page id, by a caller that parsed the pages anyway.
+ */
+export async function indexPages(db: Exec, rows: readonly PagesTable[], chunked?: ReadonlyMap<string, Chunk[]>): Promise<void> {
+  const ws = rows[0]?.workspace_id;
+  if (ws === undefined) return;
+  if (rows.some((r) => r.workspace_id !== ws)) throw new Error('indexPages: pages of one workspace at a time');
+  const sqlite = isSqlite(db);
+  if (sqlite) await ensureKeywordIndex(db, ws);
+  for (const ids of slices(rows.map((r) => r.id))) {
+    if (sqlite) await unindexSections(db, ws, ids);
+    await db.deleteFrom('page_sections').where('page_id', 'in', ids).execute();
+    await db.deleteFrom('page_links').where('source_id', 'in', ids).execute();
+    await db.deleteFrom('page_keys').where('page_id', 'in', ids).execute();
+    await db.deleteFrom('page_tags').where('page_id', 'in', ids).execute();
+  }
+  // Vectors follow through the embedding worker (retrieval/embed-worker.ts): queue the pages.
+  for (const batch of slices(rows)) {
+    await db
+      .insertInto('embed_jobs')
+      .values(
+        batch.map((row) => ({
+          page_id: row.id,
+          workspace_id: ws,
+          content_hash: row.deleted_at === null ? row.content_hash : 'deleted',
+          queued_at: row.updated_at,
+          attempts: 0,
+          not_before: null,
+          last_error: null,
+        })),
+      )
+      .onConflict((oc) =>
+        oc.column('page_id').doUpdateSet((eb) => ({
+          content_hash: eb.ref('excluded.content_hash'),
+          queued_at: eb.ref('excluded.queued_at'),
+          attempts: 0,
+          not_before: null,
+        })),
+      )
+      .execute();
+  }
+  afterCommitIfAny(db, wakeEmbedWorkers);
+  // Links that reached a deleted page by id may reach a page created later at its name.
+  for (const ids of slices(rows.filter((r) => r.deleted_at !== null).map((r) => r.id))) {
+    await db.updateTable('page_links').set({ target_id: null }).where('workspace_id', '=', ws).where('target_id', 'in', ids).execute();
+  }
+  const live = rows.filter((r) => r.deleted_at === null);
+  if (live.length === 0) return;
+
+  const parsed = live.map((row) => ({ row, body: parseDocument(row.content).body }));
   await insertBatched(
     db,
     'page_sections',
-    chunks.map((c) => ({
-      workspace_id: ws,
-      page_id: row.id,
-      ord: c.ord,
-      title: row.title,
-      heading: c.heading,
-      heading_level: c.headingLevel,
-      text: c.text,
-      block_level: c.blockLevel,
-    })),
+    parsed.flatMap(({ row, body }) =>
+      (chunked?.get(row.id) ?? chunkBody(body)).map((c) => ({
+        workspace_id: ws,
+        page_id: row.id,
+        ord: c.ord,
+        title: row.title,
+        heading: c.heading,
+        heading_level: c.headingLevel,
+        text: c.text,
+        block_level: c.blockLevel,
+      })),
+    ),
   );
-  if (sqlite) await indexSections(db, ws, row.id, row.sensitivity);
+  if (sqlite) for (const ids of slices(live.map((r) => r.id))) await indexSections(db, ws, ids);
 
-  const tags = JSON.parse(row.tags) as string[];
-  if (tags.length > 0) {
-    await insertBatched(
-      db,
-      'page_tags',
-      [...new Set(tags)].map((tag) => ({ workspace_id: ws, page_id: row.id, tag })),
-    );
+  await insertBatched(
+    db,
+    'page_tags',
+    live.flatMap((row) => [...new Set(JSON.parse(row.tags) as string[])].map((tag) => ({ workspace_id: ws, page_id: row.id, tag }))),
+  );
+
+  const keysOf = new Map(live.map((row) => [row.id, pageKeys(row.path, row.title)]));
+  await insertBatched(
+    db,
+    'page_keys',
+    live.flatMap((row) => keysOf.get(row.id)!.map((key) => ({ workspace_id: ws, key, page_id: row.id }))),
+  );
+
+  const linked = parsed.map(({ row, body }) => ({
+    row,
+    links: linkLevels(body, JSON.parse(row.links) as { target: string; kind: 'wiki' | 'markdown'; text: string }[]).map((l, ord) => ({
+      ...l,
+      ord,
+      key: linkKey(l, row.cluster_path),
+    })),
+  }));
+  const wanted = [...new Set(linked.flatMap((p) => p.links.map((l) => l.key)).filter((k): k is string => k !== null))];
+  const found = new Map<string, { id: string; path: string }[]>();
+  for (const keys of slices(wanted)) {
+    const hits = await db
+      .selectFrom('page_keys')
+      .innerJoin('pages', 'pages.id', 'page_keys.page_id')
+      .select(['page_keys.key', 'pages.id', 'pages.path'])
+      .where('page_keys.workspace_id', '=', ws)
+      .where('page_keys.key', 'in', keys)
+      .where('pages.deleted_at', 'is', null)
+      .execute();
+    for (const r of hits) found.set(r.key, [...(found.get(r.key) ?? []), { id: r.id, path: r.path }]);
   }
-
-  const keys = pageKeys(row.path, row.title);
-  await db
-    .insertInto('page_keys')
-    .values(keys.map((key) => ({ workspace_id: ws, key, page_id: row.id })))
-    .execute();
-
-  const links = linkLevels(body, JSON.parse(row.links) as { target: string; kind: 'wiki' | 'markdown'; text: string }[]);
-  if (links.length > 0) {
-    const withKeys = links.map((l, ord) => ({ ...l, ord, key: linkKey(l, row.cluster_path) }));
-    const wanted = [...new Set(withKeys.map((l) => l.key).filter((k): k is string => k !== null))];
-    const found = new Map<string, { id: string; path: string }[]>();
-    for (let i = 0; i < wanted.length; i += BATCH) {
-      const rows = await db
-        .selectFrom('page_keys')
-        .innerJoin('pages', 'pages.id', 'page_keys.page_id')
-        .select(['page_keys.key', 'pages.id', 'pages.path'])
-        .where('page_keys.workspace_id', '=', ws)
-        .where('page_keys.key', 'in', wanted.slice(i, i + BATCH))
-        .where('pages.deleted_at', 'is', null)
-        .execute();
-      for (const r of rows) found.set(r.key, [...(found.get(r.key) ?? []), { id: r.id, path: r.path }]);
-    }
-    await insertBatched(
-      db,
-      'page_links',
-      withKeys.map((l) => ({
+  await insertBatched(
+    db,
+    'page_links',
+    linked.flatMap(({ row, links }) =>
+      links.map((l) => ({
         workspace_id: ws,
         source_id: row.id,
         ord: l.ord,
@@ -129,17 +162,28 @@ export async function indexPage(db: Exec, row: PagesTable): Promise<void> {
         target_key: l.key,
         target_id: l.key === null ? null : (pickTarget(found.get(l.key) ?? [], l.key, row.path)?.id ?? null),
       })),
-    );
-  }
+    ),
+  );
 
-  // Links written before this page existed (or before it had this name) now reach it.
-  await db
-    .updateTable('page_links')
-    .set({ target_id: row.id })
-    .where('workspace_id', '=', ws)
-    .where('target_id', 'is', null)
-    .where('target_key', 'in', keys)
-    .execute();
+  // Links written before these pages existed (or before they had these names) now reach them.
+  const liveIds = live.map((r) => r.id);
+  for (const keys of slices([...new Set([...keysOf.values()].flat())])) {
+    await db
+      .updateTable('page_links')
+      .set((eb) => ({
+        target_id: eb
+          .selectFrom('page_keys')
+          .select('page_keys.page_id')
+          .whereRef('page_keys.workspace_id', '=', 'page_links.workspace_id')
+          .whereRef('page_keys.key', '=', 'page_links.target_key')
+          .where('page_keys.page_id', 'in', liveIds)
+          .limit(1),
+      }))
+      .where('workspace_id', '=', ws)
+      .where('target_id', 'is', null)
+      .where('target_key', 'in', keys)
+      .execute();
+  }
 }
 
 /**

@@ -69,26 +69,31 @@ export async function ensureKeywordIndex(db: Executor, workspaceId: string): Pro
   }
 }
 
-/** Drops a page's sections from the index: call before its page_sections rows are deleted. */
-export async function unindexSections(db: Executor, workspaceId: string, pageId: string): Promise<void> {
+/** Drops pages' sections from the index: call before their page_sections rows are deleted. */
+export async function unindexSections(db: Executor, workspaceId: string, pageIds: readonly string[]): Promise<void> {
   for (const level of LEVELS) {
-    await sql`delete from ${keywordTable(workspaceId, level)} where rowid in (select id from page_sections where page_id = ${pageId})`.execute(db);
+    await sql`delete from ${keywordTable(workspaceId, level)} where rowid in (select id from page_sections where page_id in (${sql.join(pageIds)}))`.execute(
+      db,
+    );
   }
 }
 
+/** A level's rank in SQL (an unknown or missing level counts as secret, as search judges it). */
+function rankSql(column: RawBuilder<unknown>, missing: string) {
+  return sql`case coalesce(${column}, ${missing}) when 'public' then 0 when 'internal' then 1 when 'confidential' then 2 else 3 end`;
+}
+
 /**
- * Adds a page's sections to the index: call after its page_sections rows are written, with the
- * page's sensitivity (an unknown level counts as secret, as search judges it; so does an
- * unknown block level).
+ * Adds pages' sections to the index: call after their page_sections and pages rows are
+ * written. A section goes into the table of every level at or above its rank: the higher of
+ * its page's sensitivity and its block's.
  */
-export async function indexSections(db: Executor, workspaceId: string, pageId: string, sensitivity: string): Promise<void> {
-  const page = (LEVELS as readonly string[]).includes(sensitivity) ? LEVELS.indexOf(sensitivity as Level) : LEVELS.length - 1;
-  // A section's rank: the higher of the page's and its block's.
-  const rank = sql`max(${page}, case coalesce(block_level, 'public') when 'public' then 0 when 'internal' then 1 when 'confidential' then 2 else 3 end)`;
+export async function indexSections(db: Executor, workspaceId: string, pageIds: readonly string[]): Promise<void> {
+  const rank = sql`max(${rankSql(sql.ref('p.sensitivity'), 'secret')}, ${rankSql(sql.ref('s.block_level'), 'public')})`;
   for (const [i, level] of LEVELS.entries()) {
-    if (page > i) continue;
     await sql`insert into ${keywordTable(workspaceId, level)} (rowid, title, heading, text)
-      select id, title, heading, text from page_sections where page_id = ${pageId} and ${rank} <= ${i}`.execute(db);
+      select s.id, s.title, s.heading, s.text from page_sections s join pages p on p.id = s.page_id
+      where s.page_id in (${sql.join(pageIds)}) and ${rank} <= ${i}`.execute(db);
   }
 }
 

@@ -13,6 +13,7 @@ import * as m010 from './migrations/010_maintenance_jobs.js';
 import * as m011 from './migrations/011_watches.js';
 import * as m012 from './migrations/012_oauth.js';
 import * as m013 from './migrations/013_lifecycle_runs.js';
+import * as m014 from './migrations/014_imports.js';
 
 interface Migration {
   name: string;
@@ -34,6 +35,7 @@ const MIGRATIONS: Migration[] = [
   { name: '011_watches', up: m011.up },
   { name: '012_oauth', up: m012.up },
   { name: '013_lifecycle_runs', up: m013.up },
+  { name: '014_imports', up: m014.up },
 ];
 
 export async function migrate<T>(db: Kysely<T>, dialect: Dialect): Promise<string[]> {

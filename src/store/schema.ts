@@ -448,7 +448,39 @@ export interface LifecycleRunsTable {
   report: Generated<string>;
 }
 
+/** Migration 014: an import and its progress (src/core/import/). */
+export interface ImportJobsTable {
+  id: string;
+  workspace_id: string;
+  principal_id: string;
+  via: string;
+  key_id: string | null;
+  key_ceiling: string | null;
+  space: string;
+  status: 'queued' | 'running' | 'done' | 'failed';
+  total: number;
+  done: number;
+  /** JSON: see src/core/import/report.ts. */
+  report: string;
+  error: string | null;
+  created_at: string;
+  started_at: string | null;
+  finished_at: string | null;
+  claimed_by: string | null;
+  claimed_until: string | null;
+}
+
+/** Migration 014: a file of an import still to apply. */
+export interface ImportFilesTable {
+  job_id: string;
+  ord: number;
+  path: string;
+  content: string;
+}
+
 export interface DB {
+  import_jobs: ImportJobsTable;
+  import_files: ImportFilesTable;
   lifecycle_runs: LifecycleRunsTable;
   oauth_clients: OAuthClientsTable;
   oauth_grants: OAuthGrantsTable;

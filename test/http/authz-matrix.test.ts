@@ -1062,6 +1062,50 @@ const ROWS: Row[] = [
       agentNoGrant: FORBIDDEN,
     },
   },
+  // --- Import (issue 16): spec "S K (write)", here in its JSON form (one file at the actor's
+  // sensitivity). A caller with some write over the Space imports; each file is then judged as
+  // any write, and one it may not write is skipped in the report, never a proposal.
+  {
+    method: 'POST',
+    route: '/api/v1/import',
+    auth: 'SK',
+    grant: 'write',
+    request: ({ w, actor }) => ({
+      path: '/api/v1/import',
+      body: { space: 'scratch', files: [{ path: `imported/${w.uniq('im')}.md`, content: `---\nsensitivity: ${actor.pageSensitivity}\n---\n# Imported\n` }] },
+    }),
+    // The foreign agent imports into its own workspace. The low-ceiling agent's confidential
+    // file and the elevated agent's secret one are above what they may write: skipped, 200.
+    // Agents whose write reaches nowhere (no grant; a demoted creator's) are refused whole.
+    expect: {
+      foreignKey: { status: 200, body: { status: 'done', created: 1 } },
+      agentNoGrant: FORBIDDEN,
+      demotedAgent: FORBIDDEN,
+      agentLowCeiling: { status: 200, body: { status: 'done', created: 0, skipped_count: 1 } },
+      elevatedAgent: { status: 200, body: { status: 'done', created: 0, skipped_count: 1 } },
+      viewer: FORBIDDEN,
+      editor: { status: 200, body: { status: 'done', created: 1 } },
+      owner: { status: 200, body: { status: 'done', created: 1 } },
+      ownerStepUp: { status: 200, body: { status: 'done', created: 1 } },
+    },
+  },
+  {
+    method: 'GET',
+    route: '/api/v1/import/:id',
+    auth: 'SK',
+    // An import by A's owner (the admin session is the owner actor's own account): owners see
+    // every import of the workspace, its importer its own; to anyone else it does not exist.
+    request: async ({ w }) => {
+      const res = await w.admin.post('/api/v1/import', { space: 'scratch', files: [{ path: `imported/${w.uniq('im')}.md`, content: '# Imported\n' }] });
+      if (res.status !== 200) throw new Error(`import fixture: ${res.status} ${res.text}`);
+      return { path: `/api/v1/import/${res.body.id}` };
+    },
+    expect: {
+      ...everyone(NOT_FOUND),
+      owner: { status: 200, body: { status: 'done' } },
+      ownerStepUp: { status: 200, body: { status: 'done' } },
+    },
+  },
 ];
 
 /**

@@ -2,8 +2,9 @@ import type { Transaction } from 'kysely';
 import type { PageFacts } from '../../policy/pages.js';
 import type { Principal } from '../../policy/principal.js';
 import { indexPage } from '../../retrieval/indexer.js';
-import type { DB, PagesTable } from '../../store/schema.js';
-import { appendAudit } from '../audit.js';
+import type { Insertable } from 'kysely';
+import type { DB, PagesTable, PageVersionsTable } from '../../store/schema.js';
+import { appendAudit, type AuditInput } from '../audit.js';
 import type { CoreContext } from '../context.js';
 import { badRequest, conflict } from '../errors.js';
 import { newId } from '../ids.js';
@@ -76,24 +77,68 @@ export async function commitPage(
  * git with its own ids): page row, keyword index, version row, audit entry and the watchers'
  * inbox events, in the caller's transaction.
  */
-export async function recordPageChange(
-  ctx: CoreContext,
-  trx: Transaction<DB>,
-  p: Principal,
-  args: PageChange & {
-    message: string;
-    commit: { sha: string; seq: number };
-    /** The blob of the page's new content (null for a delete). */
-    blobSha: string | null;
-    at: Date;
-  },
-): Promise<PagesTable> {
-  const { action, existing, target, content, message, commit, at } = args;
+export async function recordPageChange(ctx: CoreContext, trx: Transaction<DB>, p: Principal, args: RecordedChange): Promise<PagesTable> {
+  const { action, existing, target, content, commit, at } = args;
+  const now = at.toISOString();
+  const row = pageRow(p, args);
+  const id = row.id;
+  if (content) {
+    await ensureSpace(trx, p.workspaceId, target.space, now);
+    await ensureFolders(trx, p.workspaceId, target.folderPath, now);
+  }
+  if (existing) {
+    const { id: _id, ...rest } = row;
+    await trx.updateTable('pages').set(rest).where('id', '=', id).execute();
+  } else {
+    await trx.insertInto('pages').values(row).execute();
+  }
+  // Keyword index, links and tags are current when the write is acknowledged (src/retrieval/).
+  await indexPage(trx, row);
+  if (existing) await supersedeOwnConflicts(trx, p, [id], commit.sha, now);
+  await trx
+    .insertInto('page_versions')
+    .values(versionRow(p, row, args))
+    .execute();
+  await appendAudit(trx, p.workspaceId, pageAudit(p, row, args), at);
+  // Watchers of the page or of a folder above it are told, in this transaction (issue 13).
+  await deliverWatchEvents(ctx, trx, p.workspaceId, { action, row, before: existing, actor: p, author: args.credit, at });
+  return row;
+}
+
+/**
+ * The writer's own open conflict proposals on pages it has now written are answered by the
+ * write: they were kept only because an earlier write of theirs clashed (issue 11).
+ */
+export async function supersedeOwnConflicts(trx: Transaction<DB>, p: Principal, pageIds: readonly string[], commitSha: string, now: string): Promise<void> {
+  for (let i = 0; i < pageIds.length; i += 500) {
+    await trx
+      .updateTable('proposals')
+      .set({ status: 'superseded', decided_at: now, decision_reason: `superseded by the proposer's later write (commit ${commitSha})` })
+      .where('workspace_id', '=', p.workspaceId)
+      .where('page_id', 'in', pageIds.slice(i, i + 500))
+      .where('proposer_id', '=', p.id)
+      .where('origin', '=', 'conflict')
+      .where('status', '=', 'open')
+      .execute();
+  }
+}
+
+/** What recordPageChange is told about a change whose commit exists. */
+export type RecordedChange = PageChange & {
+  message: string;
+  commit: { sha: string; seq: number };
+  /** The blob of the page's new content (null for a delete). */
+  blobSha: string | null;
+  at: Date;
+};
+
+/** The page row a change leaves. */
+export function pageRow(p: Principal, args: RecordedChange): PagesTable {
+  const { existing, target, content, commit, at } = args;
   const now = at.toISOString();
   const author = args.credit ?? p;
-  const id = existing?.id ?? newId.page();
-  const row: PagesTable = {
-    id,
+  return {
+    id: existing?.id ?? newId.page(),
     workspace_id: p.workspaceId,
     path: target.path,
     space: target.space,
@@ -115,67 +160,40 @@ export async function recordPageChange(
     updated_by: author.id,
     deleted_at: content ? null : now,
   };
-  if (content) {
-    await ensureSpace(trx, p.workspaceId, target.space, now);
-    await ensureFolders(trx, p.workspaceId, target.folderPath, now);
-  }
-  if (existing) {
-    const { id: _id, ...rest } = row;
-    await trx.updateTable('pages').set(rest).where('id', '=', id).execute();
-  } else {
-    await trx.insertInto('pages').values(row).execute();
-  }
-  // Keyword index, links and tags are current when the write is acknowledged (src/retrieval/).
-  await indexPage(trx, row);
-  if (existing) {
-    // The writer's own open conflict proposals on this page are answered by this write: they
-    // were kept only because an earlier write of theirs clashed (issue 11).
-    await trx
-      .updateTable('proposals')
-      .set({ status: 'superseded', decided_at: now, decision_reason: `superseded by the proposer's later write (commit ${commit.sha})` })
-      .where('workspace_id', '=', p.workspaceId)
-      .where('page_id', '=', id)
-      .where('proposer_id', '=', p.id)
-      .where('origin', '=', 'conflict')
-      .where('status', '=', 'open')
-      .execute();
-  }
-  await trx
-    .insertInto('page_versions')
-    .values({
-      workspace_id: p.workspaceId,
-      page_id: id,
-      commit_seq: commit.seq,
-      commit_sha: commit.sha,
+}
+
+/** The page_versions row of a change. */
+export function versionRow(p: Principal, row: PagesTable, args: RecordedChange): Insertable<PageVersionsTable> {
+  return {
+    workspace_id: p.workspaceId,
+    page_id: row.id,
+    commit_seq: args.commit.seq,
+    commit_sha: args.commit.sha,
+    path: args.target.path,
+    blob_sha: args.content ? row.content_hash : null,
+    action: args.action,
+    sensitivity: row.sensitivity,
+    block_level: row.block_level,
+    principal_id: (args.credit ?? p).id,
+    message: args.message,
+    created_at: args.at.toISOString(),
+  };
+}
+
+/** The audit entry of a change. */
+export function pageAudit(p: Principal, row: PagesTable, args: RecordedChange): AuditInput {
+  const { existing, target, commit } = args;
+  return {
+    principalId: p.id,
+    action: `page.${args.action}`,
+    pageId: row.id,
+    detail: {
       path: target.path,
-      blob_sha: content ? row.content_hash : null,
-      action,
-      sensitivity: row.sensitivity,
-      block_level: row.block_level,
-      principal_id: author.id,
-      message,
-      created_at: now,
-    })
-    .execute();
-  await appendAudit(
-    trx,
-    p.workspaceId,
-    {
-      principalId: p.id,
-      action: `page.${action}`,
-      pageId: id,
-      detail: {
-        path: target.path,
-        commit: commit.sha,
-        ...(existing && existing.path !== target.path ? { from: existing.path } : {}),
-        ...(args.credit ? { author: args.credit.id } : {}),
-      },
+      commit: commit.sha,
+      ...(existing && existing.path !== target.path ? { from: existing.path } : {}),
+      ...(args.credit ? { author: args.credit.id } : {}),
     },
-    at,
-  );
-  // Watchers of the page or of a folder above it are told, in this transaction (issue 13).
-  await deliverWatchEvents(ctx, trx, p.workspaceId, { action, row, before: existing, actor: p, author: args.credit, at });
-  return row;
+  };
 }
 
 export async function assertPathFree(trx: Transaction<DB>, workspaceId: string, path: string): Promise<void> {
