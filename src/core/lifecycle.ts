@@ -240,6 +240,7 @@ export async function runLifecycle(ctx: CoreContext, p: Principal, mode: Lifecyc
   if (mode === 'dry') {
     const stale = (await stalePages(ctx, ctx.store.db, p.workspaceId, now)).filter((s) => canReadPage(p, rowFacts(s.row)));
     const pages = stale.slice(0, LIFECYCLE_MAX_PAGES).map((s) => s.candidate);
+    lifecycleRuns.inc({ trigger: 'manual', mode });
     return { mode, pages, archived: 0, commit_sha: null, remaining: stale.length - pages.length };
   }
   const done = await runSlot(ctx, p.workspaceId, { slot: `manual:${ulid().toLowerCase()}`, trigger: 'manual', mode, actor: p, now });

@@ -62,6 +62,7 @@ export async function gitFace(face: FastifyInstance): Promise<void> {
     const slug = /^([^/]+)\.git(\/|$)/.exec(rest)?.[1] ?? '';
     // Who first, for every path: an unknown path answers the same 401 as a real one.
     const p = await authenticateGit(ctx, { authorization: header(req, 'authorization'), slug });
+    req.principal = p;
     const method: 'GET' | 'POST' = req.method === 'POST' ? 'POST' : 'GET';
     const { service, pathInfo, query } = route(req, p.workspaceId, rest, method);
     enforce(service === 'git-receive-pack' ? decideGitPush(p) : decideGitFetch(p));

@@ -3,6 +3,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { CoreContext } from '../core/context.js';
 import { unauthorized } from '../core/errors.js';
+import { importQueue } from '../core/import/index.js';
 import { enableProcessMetrics, processRegistry } from '../metrics.js';
 import { sendError } from './shared/errors.js';
 
@@ -95,6 +96,21 @@ function appRegistry(ctx: CoreContext): { registry: Registry; requests: Counter<
         jobDone.set({ job: 'reindex' }, s.done);
         if (s.total === null) jobTotal.remove({ job: 'reindex' });
         else jobTotal.set({ job: 'reindex' }, s.total);
+      } catch {
+        /* keep the last values */
+      }
+    },
+  });
+  new Gauge({
+    name: 'cv_imports',
+    help: 'Imports waiting (queued) and running, in the whole deployment',
+    labelNames: ['status'] as const,
+    registers: [registry],
+    async collect() {
+      try {
+        const q = await importQueue(ctx);
+        this.set({ status: 'queued' }, q.queued);
+        this.set({ status: 'running' }, q.running);
       } catch {
         /* keep the last values */
       }

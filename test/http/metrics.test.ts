@@ -219,6 +219,40 @@ describe.each(testEngines())('/metrics and request logs (%s)', (engine) => {
       expect(find(m.samples, 'nodejs_heap_size_used_bytes')).toHaveLength(1);
     });
 
+    it('counts imports and their files, and shows the import queue', async () => {
+      const before = await scrape();
+      const res = await owner.client.post('/api/v1/import', {
+        space: 'imported',
+        files: [
+          { path: 'a.md', content: '# A\n\nFirst.\n' },
+          { path: 'b.md', content: '# B\n\nSecond.\n' },
+          { path: 'c.txt', content: 'not markdown' },
+        ],
+      });
+      expectStatus(res, 200);
+      const after = await scrape();
+      expect(after.types.get('cv_import_files_total')).toBe('counter');
+      expect(total(after.samples, 'cv_import_files_total', { outcome: 'created' })).toBe(
+        total(before.samples, 'cv_import_files_total', { outcome: 'created' }) + 2,
+      );
+      expect(total(after.samples, 'cv_imports_total', { status: 'done' })).toBe(total(before.samples, 'cv_imports_total', { status: 'done' }) + 1);
+      expect(total(after.samples, 'cv_import_files_total', { outcome: 'skipped' })).toBe(
+        total(before.samples, 'cv_import_files_total', { outcome: 'skipped' }) + 1,
+      );
+      expect(find(after.samples, 'cv_imports', { status: 'queued' })[0]?.value).toBe(0);
+      expect(find(after.samples, 'cv_imports', { status: 'running' })[0]?.value).toBe(0);
+    });
+
+    it('counts lifecycle runs by trigger and mode', async () => {
+      const before = await scrape();
+      expectStatus(await owner.client.post('/api/v1/lifecycle/run', { mode: 'dry' }), 200);
+      const after = await scrape();
+      expect(total(after.samples, 'cv_lifecycle_runs_total', { trigger: 'manual', mode: 'dry' })).toBe(
+        total(before.samples, 'cv_lifecycle_runs_total', { trigger: 'manual', mode: 'dry' }) + 1,
+      );
+      expect(after.types.get('cv_lifecycle_archived_pages_total')).toBe('counter');
+    });
+
     it('never puts an id, a URL or a secret in a label', async () => {
       const agent = await createAgentWithKey(owner.client, [{ action: 'read' }]);
       const invite = `iv_${crypto.randomBytes(32).toString('base64url')}`;
@@ -263,6 +297,30 @@ describe.each(testEngines())('/metrics and request logs (%s)', (engine) => {
       expect(done.some((l) => l.res?.principal === owner.id)).toBe(true);
       // An anonymous request has none.
       expect(done.filter((l) => l.res?.statusCode === 401).every((l) => l.res?.principal === undefined)).toBe(true);
+    });
+
+    it('names the principal on git requests too (the git face authenticates by itself)', async () => {
+      const gitter = await signupHuman(url, 'Gil');
+      expectStatus(await gitter.client.post('/api/auth/stepup', { password: PASSWORD }), 200);
+      const minted = await gitter.client.post('/api/v1/me/git-tokens', { name: 'log principal' });
+      expectStatus(minted, 201);
+      const basic = `Basic ${Buffer.from(`x:${minted.body.token as string}`).toString('base64')}`;
+      const refs = await fetch(`${url}/git/${gitter.workspace.slug}.git/info/refs?service=git-upload-pack`, { headers: { authorization: basic } });
+      expect(refs.status).toBe(200);
+      await refs.arrayBuffer();
+      await logText();
+      // "request completed" lines carry the answer; the URL is on the request's first line.
+      const gitIds = new Set(
+        lines
+          .flatMap((l) => l.split('\n'))
+          .filter(Boolean)
+          .map((l) => JSON.parse(l) as { reqId?: string; req?: { url: string } })
+          .filter((l) => l.req?.url?.startsWith(`/git/${gitter.workspace.slug}.git/`))
+          .map((l) => l.reqId),
+      );
+      const gitLines = completed().filter((l) => gitIds.has(l.reqId));
+      expect(gitLines.length).toBeGreaterThan(0);
+      expect(gitLines.some((l) => l.res?.principal === gitter.id)).toBe(true);
     });
 
     it('never logs a secret: keys, sessions, git Basic credentials, invite tokens, OAuth codes, the metrics token', async () => {

@@ -10,7 +10,7 @@ import { IMPORT_LIMITS } from './limits.js';
 import { readZip } from './zip.js';
 
 export { IMPORT_LIMITS } from './limits.js';
-export { getImport, importRunner, type ImportJob } from './jobs.js';
+export { getImport, importQueue, importRunner, type ImportJob } from './jobs.js';
 export { ImportJsonBody, ImportParams, ImportQuery } from './input.js';
 
 /** An upload in one of the spec's forms (a folder on the operator's disk comes as `files`, its bytes unchecked). */

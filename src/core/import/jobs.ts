@@ -78,6 +78,7 @@ export async function acceptImport(ctx: CoreContext, p: Principal, spaceRaw: str
         .execute();
     }
   });
+  importFiles.inc({ outcome: 'skipped' }, staged.skipped.length);
   return toJob(row);
 }
 
@@ -290,4 +291,16 @@ export function importRunner(ctx: CoreContext): ImportRunner {
   let r = runners.get(ctx.store);
   if (!r) runners.set(ctx.store, (r = new ImportRunner(ctx)));
   return r;
+}
+
+/** Imports waiting and running in the whole deployment (for /metrics). */
+export async function importQueue(ctx: CoreContext): Promise<{ queued: number; running: number }> {
+  const rows = await ctx.store.db
+    .selectFrom('import_jobs')
+    .select(['status', (eb) => eb.fn.countAll<number>().as('n')])
+    .where('status', 'in', ['queued', 'running'])
+    .groupBy('status')
+    .execute();
+  const n = (s: string) => Number(rows.find((r) => r.status === s)?.n ?? 0);
+  return { queued: n('queued'), running: n('running') };
 }

@@ -36,6 +36,8 @@ export async function resolvePageSession(ctx: CoreContext, req: FastifyRequest, 
       workspace: o.workspace,
       allowPending: o.allowPending ?? false,
     });
+    // The request log line names who it was (by id), as on every face.
+    req.principal = p;
     return { ok: true, p };
   } catch (err) {
     if (isServiceError(err)) return { ok: false, error: err };
