@@ -1,6 +1,6 @@
 import { extractSections, findSensitiveBlocks } from '../markdown/index.js';
 import { lineStarts } from '../markdown/frontmatter.js';
-import { rank, type Level } from '../policy/sensitivity.js';
+import { LEVELS, rank, type Level } from '../policy/sensitivity.js';
 
 /** Characters a chunk aims to stay under; a code fence longer than this stays whole. */
 export const CHUNK_CAP = 1500;
@@ -25,10 +25,31 @@ export interface Chunk {
 
 const FENCE_OPEN = /^ {0,3}(`{3,}|~{3,})/;
 
-function higher(a: Level | null, b: Level | null): Level | null {
-  if (a === null) return b;
-  if (b === null) return a;
-  return rank(b) > rank(a) ? b : a;
+/**
+ * The highest block level covering each line, in one sweep over the lines: a body of many
+ * (unclosed) blocks must cost lines + blocks, not lines × blocks.
+ */
+function lineLevels(blocks: readonly { level: Level; startLine: number; endLine: number }[], lines: number): (Level | null)[] {
+  const open = LEVELS.map(() => new Int32Array(lines + 1));
+  for (const b of blocks) {
+    const start = Math.min(b.startLine, lines);
+    const end = Math.min(b.endLine, lines);
+    if (start >= end) continue;
+    open[rank(b.level)]![start]! += 1;
+    open[rank(b.level)]![end]! -= 1;
+  }
+  const depth = LEVELS.map(() => 0);
+  const out: (Level | null)[] = new Array<Level | null>(lines).fill(null);
+  for (let i = 0; i < lines; i++) {
+    for (let r = 0; r < LEVELS.length; r++) depth[r]! += open[r]![i]!;
+    for (let r = LEVELS.length - 1; r >= 0; r--) {
+      if (depth[r]! > 0) {
+        out[i] = LEVELS[r]!;
+        break;
+      }
+    }
+  }
+  return out;
 }
 
 /**
@@ -101,10 +122,7 @@ function pack(us: { text: string; fence: boolean }[], cap: number): string[] {
 export function chunkBody(body: string, cap = CHUNK_CAP): Chunk[] {
   const starts = lineStarts(body);
   const lineText = (i: number) => body.slice(starts[i]!, starts[i + 1] ?? body.length);
-  const levels: (Level | null)[] = new Array<Level | null>(starts.length).fill(null);
-  for (const b of findSensitiveBlocks(body)) {
-    for (let i = b.startLine; i < b.endLine && i < levels.length; i++) levels[i] = higher(levels[i]!, b.level);
-  }
+  const levels = lineLevels(findSensitiveBlocks(body), starts.length);
   const chunks: Chunk[] = [];
   for (const s of extractSections(body)) {
     const headingLine = s.level > 0 ? (levels[s.startLine] ?? null) : null;

@@ -2,13 +2,16 @@ import fastifyFormbody from '@fastify/formbody';
 import type { FastifyInstance } from 'fastify';
 import { sendError, toServiceError } from '../http/shared/errors.js';
 import { messageBody, sendPage, setPageHeaders } from '../http/shared/html.js';
+import { assetRoutes } from './app/assets.js';
+import { appRoutes } from './app/routes.js';
 import { pageRoutes } from './pages.js';
 
 /** Form bodies above this are refused (413); every field has its own, smaller cap (400). */
 export const FORM_BODY_LIMIT = 64 * 1024;
 
 /**
- * The server-rendered HTML face: /login, /login/totp and /invite/:token, registered by app.ts
+ * The server-rendered HTML face: /, /login, /login/totp, /invite/:token, the web app under /app
+ * (src/web/app) and its files under /assets, registered by app.ts
  * without a prefix (the pages live at the root). It owns the form-body parser, the page security
  * headers and an error handler that answers a browser with a page. Host check and rate limits
  * (the login and sign-up buckets) come from the root; CSRF is checked in the handlers (pages.ts).
@@ -36,4 +39,8 @@ export async function webFace(face: FastifyInstance): Promise<void> {
   });
 
   await pageRoutes(face, ctx);
+  // The web app (issue 17): its static files, and its pages under /app with their own headers,
+  // sign-in redirect, and not-found and error pages in the app's look.
+  await assetRoutes(face);
+  await face.register(async (app) => appRoutes(app, ctx), { prefix: '/app' });
 }

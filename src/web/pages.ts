@@ -15,7 +15,7 @@ import type { Principal } from '../policy/principal.js';
 import { html, messageBody, sendPage, type SafeHtml } from '../http/shared/html.js';
 
 /**
- * The pages of the HTML face (face.ts): GET/POST /login, POST /login/totp, GET/POST /invite/:token.
+ * The pages of the HTML face (face.ts): GET / (to the web app or the sign-in), GET/POST /login, POST /login/totp, GET/POST /invite/:token.
  *
  * CSRF: an HTML form cannot send the X-CSRF-Token header, so these pages resolve the session
  * themselves (the JSON faces' caller hook is not in this face; the routes say `auth: 'public'`)
@@ -204,6 +204,15 @@ export async function pageRoutes(web: FastifyInstance, ctx: CoreContext): Promis
       .header('location', next ?? '/login')
       .send();
   }
+
+  /** The site's front door: the web app for a signed-in person, else the sign-in page that leads there (there is no HTML sign-up page yet). */
+  web.get('/', opts, async (req, reply) => {
+    const who = await resolvePageSession(ctx, req, { unsafe: false });
+    return reply
+      .code(303)
+      .header('location', who.ok ? '/app' : `/login?next=${encodeURIComponent('/app')}`)
+      .send();
+  });
 
   web.get('/login', opts, async (req, reply) => {
     const next = safeNext(field(req.query, 'next'));

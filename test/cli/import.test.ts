@@ -1,4 +1,4 @@
-import type { ChildProcess } from 'node:child_process';
+import { spawnSync, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -68,6 +68,11 @@ describe('context-vault import (sqlite, service running)', () => {
     fs.writeFileSync(path.join(outside, 'passwords.md'), '# Passwords\n\nhunter2-outside-the-folder\n');
     fs.symlinkSync(path.join(outside, 'passwords.md'), path.join(src, 'linked.md'));
     fs.symlinkSync(outside, path.join(src, 'linked-dir'));
+    // A named pipe called like a page: reading it would hang the command.
+    expect(spawnSync('mkfifo', [path.join(src, 'pipe.md')]).status).toBe(0);
+    // An editor's hidden folder (Obsidian, git) is not content.
+    fs.mkdirSync(path.join(src, '.obsidian'));
+    fs.writeFileSync(path.join(src, '.obsidian', 'workspace.md'), '# Editor state\n');
 
     const r = await cli(['import', '--workspace', slug, '--space', 'handbook', '--from', src, '--json'], { env, timeoutMs: 90_000 });
     expect(r.code, r.stderr).toBe(0);
@@ -77,11 +82,12 @@ describe('context-vault import (sqlite, service running)', () => {
     expect(out.id).toMatch(/^im_/);
     expect(out.commits).toHaveLength(1);
     const skipped = Object.fromEntries((out.skipped as { path: string; reason: string }[]).map((s) => [s.path, s.reason]));
-    expect(Object.keys(skipped).sort()).toEqual(['linked-dir', 'linked.md', 'logo.png']);
+    expect(Object.keys(skipped).sort()).toEqual(['linked-dir', 'linked.md', 'logo.png', 'pipe.md']);
+    expect(skipped['pipe.md']).toMatch(/not a regular file/);
     expect(skipped['linked.md']).toMatch(/symbolic link/);
     expect(skipped['linked-dir']).toMatch(/symbolic link/);
     expect(skipped['logo.png']).toMatch(/not a markdown file/);
-    expect(out.skipped_count).toBe(3);
+    expect(out.skipped_count).toBe(4);
     expect(out.renamed).toEqual([{ path: 'guides/deep/nested.markdown', imported_as: 'handbook/guides/deep/nested.md' }]);
 
     // Over HTTP: the pages, byte for byte, credited to the workspace's owner.
@@ -98,6 +104,7 @@ describe('context-vault import (sqlite, service running)', () => {
     // Nothing of what the links point at came in.
     expect((await raw('handbook/linked.md')).status).toBe(404);
     expect((await raw('handbook/linked-dir/passwords.md')).status).toBe(404);
+    expect((await raw('handbook/.obsidian/workspace.md')).status).toBe(404);
     const found = await owner.get('/api/v1/search?q=hunter2&mode=fts');
     expect(found.status).toBe(200);
     expect(found.body.results).toEqual([]);
@@ -160,6 +167,10 @@ describe('context-vault import (sqlite, service running)', () => {
     // Sparse: 51 MiB on paper, refused by its size before it is read.
     fs.closeSync(fs.openSync(big, 'w'));
     fs.truncateSync(big, 51 * 1024 * 1024);
+    // More markdown files than an import takes: refused before anything is stored.
+    const crowd = path.join(work, 'crowd');
+    fs.mkdirSync(crowd);
+    for (let i = 0; i <= 20_000; i++) fs.writeFileSync(path.join(crowd, `p${i}.md`), '# P\n');
     const notZip = path.join(work, 'not.zip');
     fs.writeFileSync(notZip, 'this is not an archive');
 
@@ -173,6 +184,7 @@ describe('context-vault import (sqlite, service running)', () => {
       [['--workspace', slug, '--space', '..', '--from', folder], 'context-vault import: '],
       [['--workspace', slug, '--space', 'x', '--from', big], 'larger than'],
       [['--workspace', slug, '--space', 'x', '--from', notZip], 'not a zip'],
+      [['--workspace', slug, '--space', 'x', '--from', crowd], 'more than 20000'],
     ] as const) {
       const bad = await cli(['import', ...args], { env });
       expect(bad.code, `${args.join(' ')}: ${bad.stderr}`).toBe(2);
@@ -183,6 +195,6 @@ describe('context-vault import (sqlite, service running)', () => {
     // None of them wrote anything.
     expect((await raw('x/a.md')).status).toBe(404);
     const jobs = await owner.get('/api/v1/audit?action=operator.import');
-    expect(jobs.body.items).toHaveLength(2);
+    expect(jobs.body.items.map((i: { detail: { source: string } }) => i.detail.source)).toEqual(['export.zip', 'handbook', 'handbook']);
   }, 120_000);
 });

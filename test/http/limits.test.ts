@@ -360,7 +360,7 @@ describe.each(testEngines())('/api/v1 per principal (%s)', (engine) => {
     expect((await b.get('/api/v1/whoami')).status).toBe(429);
   });
 
-  it('bundle and import have their own, narrower buckets (import matched by URL before its route lands)', async () => {
+  it('bundle and import have their own, narrower buckets', async () => {
     const human = await signupHuman(s.url, 'Quinn');
     const c = (await createAgentWithKey(human.client, [{ action: 'read' }], { name: 'c' })).client;
     // The bundle bucket (2 here) is spent by GET and POST alike, per principal.
@@ -371,12 +371,15 @@ describe.each(testEngines())('/api/v1 per principal (%s)', (engine) => {
     expect(r.headers.get('ratelimit-limit')).toBe('2');
     // Other routes are not in that bucket.
     expect((await c.get('/api/v1/whoami')).status).toBe(200);
-    // No principal on an unknown route: counted per IP.
-    const anon = new Client(s.url);
-    expect((await anon.post('/api/v1/import', {})).status).not.toBe(429);
-    const imp = await anon.post('/api/v1/import', {});
+    // The import bucket (1 here) is spent before the upload is read or judged: a refused
+    // import counts too.
+    const i = (await createAgentWithKey(human.client, [{ action: 'read' }], { name: 'i' })).client;
+    expect((await i.post('/api/v1/import', { space: 'x', files: [] })).status).toBe(403);
+    const imp = await i.post('/api/v1/import', { space: 'x', files: [] });
     expectLimited(imp, 3600);
     expect(Number(imp.headers.get('retry-after'))).toBeGreaterThan(3000);
+    // Without credentials the import is refused (401) before any bucket is touched.
+    expect((await new Client(s.url).post('/api/v1/import', {})).status).toBe(401);
   });
 });
 

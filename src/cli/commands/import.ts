@@ -53,8 +53,8 @@ export const importCommand: Command = {
   summary: 'import a folder or zip of markdown into a Space, with progress',
   usage: '--workspace SLUG --space SPACE --from FOLDER-OR-ZIP [--json]',
   help: [
-    'Imports every .md (and .markdown) file of a folder (recursively; hidden folders, symbolic links',
-    'and other files are skipped and reported) or of a zip archive into the Space, keeping paths and',
+    'Imports every .md (and .markdown) file of a folder (recursively; hidden folders are left out,',
+    'symbolic links and other files are skipped and reported) or of a zip archive into the Space, keeping paths and',
     'frontmatter, exactly as POST /api/v1/import does: the same limits, one commit per batch of',
     `${IMPORT_LIMITS.batchFiles} files, made as the workspace's earliest owner (audited, with the operator's`,
     'name, as operator.import). The report lists what was skipped and why. The service may keep running.',

@@ -1,14 +1,16 @@
 import type { Transaction } from 'kysely';
-import { decideWrite } from '../../policy/pages.js';
+import { canReadPage, decideWrite } from '../../policy/pages.js';
 import type { Principal } from '../../policy/principal.js';
 import { chunkBody, type Chunk } from '../../retrieval/chunking.js';
 import { indexPages } from '../../retrieval/indexer.js';
+import { ObjectStore } from '../../store/git/object-store.js';
+import type { TreeEntry } from '../../store/git/codec.js';
 import type { DB, PagesTable } from '../../store/schema.js';
 import { appendAuditMany } from '../audit.js';
 import type { CoreContext } from '../context.js';
-import { ServiceError } from '../errors.js';
+import { conflict, ServiceError } from '../errors.js';
 import { parsePagePath, type PagePath } from '../paths.js';
-import { commitFiles } from '../pages/commit.js';
+import { commitFiles, MAIN_REF } from '../pages/commit.js';
 import { analyzeContent, type PageContent } from '../pages/content.js';
 import { facts, pageAudit, pageRow, rowFacts, supersedeOwnConflicts, versionRow, type RecordedChange } from '../pages/persist.js';
 import { ensureFolders, ensureSpace } from '../spaces.js';
@@ -39,6 +41,60 @@ interface Judged {
   content: PageContent;
   chunks: Chunk[];
   existing: PagesTable | null;
+}
+
+const FOLDER_MODE = '40000';
+
+/**
+ * Git holds a file or a folder at a path, never both: `x.md` and `x.md/y.md` cannot both be
+ * pages (a REST create answers 409 for the second). Such files are skipped, not the batch: what
+ * the workspace's tree holds wins, then the file that comes first. Answers why, by page path.
+ */
+async function fileFolderClashes(trx: Transaction<DB>, workspaceId: string, paths: readonly string[]): Promise<Map<string, string>> {
+  const objects = new ObjectStore(trx, workspaceId);
+  const head = await objects.getRef(MAIN_REF);
+  const root = head ? ((await objects.getCommit(head))?.tree ?? null) : null;
+  const listings = new Map<string, Map<string, TreeEntry>>();
+  const entries = new Map<string, TreeEntry | null>();
+  /** The tree's entry at a path (null: nothing there). */
+  const entry = async (path: string): Promise<TreeEntry | null> => {
+    const known = entries.get(path);
+    if (known !== undefined) return known;
+    const slash = path.lastIndexOf('/');
+    const parent = slash < 0 ? root : await entry(path.slice(0, slash)).then((e) => (e?.mode === FOLDER_MODE ? e.sha : null));
+    let found: TreeEntry | null = null;
+    if (parent) {
+      let listing = listings.get(parent);
+      if (!listing) listings.set(parent, (listing = new Map(((await objects.getTree(parent)) ?? []).map((e) => [e.name, e]))));
+      found = listing.get(path.slice(slash + 1)) ?? null;
+    }
+    entries.set(path, found);
+    return found;
+  };
+  const files = new Set<string>();
+  const folders = new Set<string>();
+  const out = new Map<string, string>();
+  for (const path of paths) {
+    const segments = path.split('/');
+    const prefixes = segments.slice(0, -1).map((_, i) => segments.slice(0, i + 1).join('/'));
+    let clash: string | null = null;
+    if (folders.has(path)) clash = `${path} is a folder of other files of this import, not a file`;
+    else if ((await entry(path))?.mode === FOLDER_MODE) clash = `${path} is a folder, not a file`;
+    for (const prefix of prefixes) {
+      if (clash) break;
+      if (files.has(prefix)) clash = `${prefix} is a file of this import, not a folder`;
+      else {
+        const e = await entry(prefix);
+        if (e && e.mode !== FOLDER_MODE) clash = `${prefix} is a file, not a folder`;
+      }
+    }
+    if (clash) out.set(path, clash);
+    else {
+      files.add(path);
+      for (const prefix of prefixes) folders.add(prefix);
+    }
+  }
+  return out;
 }
 
 /**
@@ -74,6 +130,9 @@ export async function applyImportBatch(
     try {
       const target = parsePagePath(file.path);
       const before = existing.get(file.path) ?? null;
+      // A page the importer cannot read is, to it, only a taken path: said as a REST create
+      // says it (409 already_exists), never with its level, and never compared with the file.
+      if (before && !canReadPage(p, rowFacts(before))) throw conflict(`A page already exists at ${file.path}`, 'already_exists');
       const content = analyzeContent(file.content, target.slug);
       // Cut now, while the parse of this body is the one the markdown module keeps.
       const chunks = chunkBody(content.body);
@@ -85,6 +144,15 @@ export async function applyImportBatch(
       if (!(e instanceof ServiceError)) throw e;
       out.skipped.push({ path: file.path, reason: e.message });
     }
+  }
+  const clashes = await fileFolderClashes(
+    trx,
+    p.workspaceId,
+    writes.map((w) => w.file.path),
+  );
+  if (clashes.size > 0) {
+    for (const [path, reason] of clashes) out.skipped.push({ path, reason });
+    writes.splice(0, writes.length, ...writes.filter((w) => !clashes.has(w.file.path)));
   }
   if (writes.length === 0) return out;
 

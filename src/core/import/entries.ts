@@ -39,7 +39,10 @@ const MARKDOWN = /\.(md|markdown)$/i;
 const fatalUtf8 = new TextDecoder('utf-8', { fatal: true });
 
 /** The page path (under `space`) an uploaded name becomes, `null` for a folder entry, or why it cannot. */
-export function pagePathFor(space: string, name: string): { path: string } | { reason: string } | null {
+export function pagePathFor(space: string, uploaded: string): { path: string } | { reason: string } | null {
+  // macOS writes names decomposed (NFD: e + U+0301); a page path is composed, so both spellings
+  // of one name are one page.
+  const name = uploaded.normalize('NFC');
   if (name.endsWith('/')) return null;
   if (name.includes('\\')) return { reason: 'unsafe name: contains a backslash' };
   if (name.startsWith('/') || /^[A-Za-z]:/.test(name)) return { reason: 'unsafe name: an absolute path' };

@@ -95,8 +95,25 @@ async function importer(db: Executor, job: ImportJobsTable, now: Date): Promise<
   const p = await loadPrincipal(db, job.workspace_id, job.principal_id, now);
   if (!p) return null;
   if (job.key_id !== null && job.via === 'key' && !(await liveKeys(db, job.workspace_id, [job.key_id], now)).has(job.key_id)) return null;
+  if (job.via !== 'key' && (await lockedSince(db, job))) return null;
   const keyCeiling = isLevel(job.key_ceiling) ? job.key_ceiling : null;
   return { ...p, via: job.via as Principal['via'], keyId: job.key_id, keyCeiling: keyCeiling === null ? p.keyCeiling : minLevel(keyCeiling, p.keyCeiling) };
+}
+
+/**
+ * A lockdown after the import was accepted ends the sessions it was made from (every session
+ * older than the lockdown but the one that locked down): a job made without a key stops too,
+ * unless it is the person who locked down. (A key's job stops by the key's epoch.)
+ */
+async function lockedSince(db: Executor, job: ImportJobsTable): Promise<boolean> {
+  const ws = await db
+    .selectFrom('workspaces')
+    .leftJoin('sessions', 'sessions.id', 'workspaces.locked_by_session')
+    .select(['workspaces.locked_at', 'sessions.principal_id as locker'])
+    .where('workspaces.id', '=', job.workspace_id)
+    .executeTakeFirst();
+  if (!ws?.locked_at || Date.parse(ws.locked_at) <= Date.parse(job.created_at)) return false;
+  return ws.locker !== job.principal_id;
 }
 
 class LostLease extends Error {}

@@ -24,10 +24,24 @@ export function parseReport(json: string): ImportReport {
   return { ...emptyReport(), ...(JSON.parse(json) as Partial<ImportReport>) };
 }
 
+/** Longest name or reason listed: a zip name may be 64 KB, and no page path is over 512 characters. */
+const MAX_SHOWN = 600;
+
+/** A name or reason as listed: cut when it is longer than any page path could be. */
+function shown(text: string): string {
+  return text.length <= MAX_SHOWN ? text : `${text.slice(0, MAX_SHOWN)}… (${text.length} characters)`;
+}
+
 /** Adds skipped or renamed files to a report, keeping the listed ones within the limit. */
 export function noteFiles(report: ImportReport, skipped: readonly SkippedFile[], renamed: readonly RenamedFile[] = []): void {
-  report.skipped.push(...skipped.slice(0, Math.max(0, IMPORT_LIMITS.maxReported - report.skipped.length)));
+  report.skipped.push(
+    ...skipped.slice(0, Math.max(0, IMPORT_LIMITS.maxReported - report.skipped.length)).map((s) => ({ path: shown(s.path), reason: shown(s.reason) })),
+  );
   report.skipped_count += skipped.length;
-  report.renamed.push(...renamed.slice(0, Math.max(0, IMPORT_LIMITS.maxReported - report.renamed.length)));
+  report.renamed.push(
+    ...renamed
+      .slice(0, Math.max(0, IMPORT_LIMITS.maxReported - report.renamed.length))
+      .map((r) => ({ path: shown(r.path), imported_as: shown(r.imported_as) })),
+  );
   report.renamed_count += renamed.length;
 }

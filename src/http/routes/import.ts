@@ -2,7 +2,7 @@ import fastifyMultipart from '@fastify/multipart';
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
-import { badRequest } from '../../core/errors.js';
+import { badRequest, ServiceError } from '../../core/errors.js';
 import { getImport, IMPORT_LIMITS, ImportJsonBody, ImportParams, ImportQuery, startImport, type ImportUpload } from '../../core/import/index.js';
 import { importView } from '../../presenters/import.js';
 import { caller } from '../shared/caller.js';
@@ -33,16 +33,24 @@ const ImportView = z.object({
 });
 
 /** The upload of a multipart request: field `file` (the zip) and field `space`. */
-async function multipartUpload(parts: AsyncIterableIterator<import('@fastify/multipart').Multipart>): Promise<ImportUpload> {
+async function multipartUpload(parts: () => AsyncIterableIterator<import('@fastify/multipart').Multipart>): Promise<ImportUpload> {
   let space = '';
   let data: Buffer | null = null;
-  for await (const part of parts) {
-    if (part.type === 'file') {
-      if (part.fieldname !== 'file' || data !== null) throw badRequest('Send one file, in the field named file', 'invalid_request');
-      data = await part.toBuffer();
-    } else if (part.fieldname === 'space') {
-      space = String(part.value);
+  try {
+    for await (const part of parts()) {
+      if (part.type === 'file') {
+        if (part.fieldname !== 'file' || data !== null) throw badRequest('Send one file, in the field named file', 'invalid_request');
+        data = await part.toBuffer();
+      } else if (part.fieldname === 'space') {
+        space = String(part.value);
+      }
     }
+  } catch (e) {
+    // The parser's own refusals carry a 4xx status (413 for a file over the limit); a body it
+    // cannot read at all (no or wrong boundary, cut short) throws a plain error: the client's.
+    if (e instanceof ServiceError || (typeof (e as { statusCode?: unknown }).statusCode === 'number' && (e as { statusCode: number }).statusCode < 500))
+      throw e;
+    throw badRequest(`The multipart body cannot be read: ${e instanceof Error ? e.message : String(e)}`, 'invalid_request');
   }
   if (data === null) throw badRequest('The multipart upload has no field named file', 'invalid_request');
   return { kind: 'zip', space, data };
@@ -83,7 +91,7 @@ export async function importRoutes(r: RestApp, ctx: CoreContext): Promise<void> 
         const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
         let upload: ImportUpload;
         if (req.isMultipart()) {
-          upload = await multipartUpload(req.parts());
+          upload = await multipartUpload(() => req.parts());
         } else if (ZIP_TYPES.includes(type)) {
           upload = { kind: 'zip', space: req.query.space ?? '', data: req.body as Buffer };
         } else {

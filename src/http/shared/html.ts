@@ -45,6 +45,21 @@ export function setPageHeaders(reply: FastifyReply): void {
   for (const [k, v] of Object.entries(PAGE_HEADERS)) reply.header(k, v);
 }
 
+/**
+ * The headers of the web app's pages (/app, issue 17): as PAGE_HEADERS, but the app loads its
+ * own stylesheet and small script modules from /assets (`'self'`, never inline, never another
+ * origin) and shows images of this site or inline `data:` ones.
+ */
+export const APP_PAGE_HEADERS: Readonly<Record<string, string>> = {
+  ...PAGE_HEADERS,
+  'content-security-policy':
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+};
+
+export function setAppPageHeaders(reply: FastifyReply): void {
+  for (const [k, v] of Object.entries(APP_PAGE_HEADERS)) reply.header(k, v);
+}
+
 const STYLE = `
 :root { color-scheme: light dark; --fg: #1d2330; --muted: #5b6475; --bg: #f4f5f8; --card: #fff; --line: #d5d9e2;
   --accent: #2f5bd3; --accent-fg: #fff; --err-bg: #fdecec; --err-fg: #8a1c1c; --ok-bg: #e8f5ec; --ok-fg: #1d5a32; }
