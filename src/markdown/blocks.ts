@@ -17,7 +17,7 @@ export interface SensitiveBlock {
  * fences never become one), and openers and closers are paired afterwards with a stack.
  */
 
-type FenceMeta = {
+export type FenceMeta = {
   /** Number of colons. */
   markers: number;
   /** Container name (first word after the colons), or null for a closing `:::`. */
@@ -26,7 +26,7 @@ type FenceMeta = {
   column: number;
 };
 
-const FENCE_TOKEN = 'colon_fence';
+export const FENCE_TOKEN = 'colon_fence';
 const COLON = 0x3a;
 
 function colonFence(state: StateBlock, startLine: number, _endLine: number, silent: boolean): boolean {
@@ -57,8 +57,17 @@ function colonFence(state: StateBlock, startLine: number, _endLine: number, sile
 
 // Raw HTML is off so that an HTML block cannot hide a `::: secret` line from the parser; the
 // fence rule may interrupt paragraphs, quotes, lists and tables, so `text\n::: secret` counts.
+/**
+ * Teaches a markdown-it instance the `:::` lines: each becomes a FENCE_TOKEN token of its own
+ * (meta: FenceMeta); pairing openers with closers is the caller's (locateBlocks here, the web
+ * app's renderer).
+ */
+export function colonFencePlugin(instance: InstanceType<typeof MarkdownIt>): void {
+  instance.block.ruler.before('fence', FENCE_TOKEN, colonFence, { alt: ['paragraph', 'reference', 'blockquote', 'list'] });
+}
+
 const md = new MarkdownIt('default', { html: false, linkify: false });
-md.block.ruler.before('fence', FENCE_TOKEN, colonFence, { alt: ['paragraph', 'reference', 'blockquote', 'list'] });
+colonFencePlugin(md);
 
 function levelOf(name: string | null): Level | null {
   if (name === null) return null;

@@ -10,4 +10,14 @@ export {
   type Section,
   type SectionRange,
 } from './structure.js';
-export { findSensitiveBlocks, maxBlockLevel, redactBlocks, redactDocument, REDACTED, type SensitiveBlock } from './blocks.js';
+export {
+  colonFencePlugin,
+  FENCE_TOKEN,
+  findSensitiveBlocks,
+  maxBlockLevel,
+  redactBlocks,
+  redactDocument,
+  REDACTED,
+  type FenceMeta,
+  type SensitiveBlock,
+} from './blocks.js';

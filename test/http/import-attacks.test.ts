@@ -4,6 +4,7 @@ import { IMPORT_LIMITS } from '../../src/core/import/limits.js';
 import { testEngines } from '../support/engines.js';
 import { expectError, expectStatus } from '../support/expect.js';
 import { Client, createAgentWithKey, joinAs, signupHuman, startTestServer, type Res, type TestServer } from '../support/server.js';
+import { finished, postJson, postZip, reasons, type ImportJob } from '../support/imports.js';
 import { buildZip, multipart } from '../support/zip.js';
 
 /**
@@ -19,48 +20,11 @@ import { buildZip, multipart } from '../support/zip.js';
 const enc = encodeURIComponent;
 const BATCH = IMPORT_LIMITS.batchFiles;
 
-interface Job {
-  id: string;
-  status: 'queued' | 'running' | 'done' | 'failed';
-  space: string;
-  total: number;
-  done: number;
-  created: number;
-  updated: number;
-  unchanged: number;
-  skipped: { path: string; reason: string }[];
-  skipped_count: number;
-  renamed: { path: string; imported_as: string }[];
-  commits: string[];
-  error: string | null;
-  status_url: string;
-}
-
-const postZip = (c: Client, space: string, zip: Buffer, headers: Record<string, string> = {}) =>
-  c.request<Job>('POST', `/api/v1/import?space=${enc(space)}`, { body: zip, headers: { 'content-type': 'application/zip', ...headers } });
-const postJson = (c: Client, space: string, files: { path: string; content: string }[], headers?: Record<string, string>) =>
-  c.post<Job>('/api/v1/import', { space, files }, headers);
-
-async function finished(c: Client, job: Job, ms = 120_000): Promise<Job> {
-  const until = Date.now() + ms;
-  let cur = job;
-  while (cur.status !== 'done' && cur.status !== 'failed') {
-    if (Date.now() > until) throw new Error(`import ${job.id} did not finish: ${JSON.stringify(cur).slice(0, 400)}`);
-    await new Promise((r) => setTimeout(r, 50));
-    const res = await c.get<Job>(cur.status_url);
-    expectStatus(res, 200);
-    cur = res.body;
-  }
-  return cur;
-}
-
-function done(res: Res<Job>): Job {
+function done(res: Res<ImportJob>): ImportJob {
   expectStatus(res, 200);
   expect(res.body.status, JSON.stringify(res.body).slice(0, 400)).toBe('done');
   return res.body;
 }
-
-const reasons = (job: Job) => Object.fromEntries(job.skipped.map((s) => [s.path, s.reason]));
 
 /** Files for a job long enough to act on while it runs (several batches). */
 const many = (n: number, tag: string) => Array.from({ length: n }, (_, i) => ({ path: `d${i % 20}/${tag}${i}.md`, content: `# ${tag} ${i}\n\nbody ${i}\n` }));
@@ -226,11 +190,11 @@ describe.each(testEngines())('import attacks (%s)', (engine) => {
   describe('a background job stops when its importer loses the right to write', () => {
     const N = 12 * BATCH;
 
-    async function stopsAfter(c: Client, space: string, act: () => Promise<void>): Promise<Job> {
+    async function stopsAfter(c: Client, space: string, act: () => Promise<void>): Promise<ImportJob> {
       const res = await postJson(c, space, many(N, 'p'));
       expectStatus(res, 202);
       await act();
-      const at = await owner.client.get<Job>(res.body.status_url);
+      const at = await owner.client.get<ImportJob>(res.body.status_url);
       expectStatus(at, 200);
       const job = await finished(owner.client, at.body);
       expect(job.status, 'the job outran the revocation: make N larger').toBe('failed');
@@ -264,7 +228,7 @@ describe.each(testEngines())('import attacks (%s)', (engine) => {
       const res = await postJson(ed.client, 'demoted', many(N, 'p'));
       expectStatus(res, 202);
       expectStatus(await owner.client.patch(`/api/v1/workspaces/${owner.workspace.slug}/members/${ed.id}`, { role: 'viewer' }), 200);
-      const job = await finished(owner.client, (await owner.client.get<Job>(res.body.status_url)).body);
+      const job = await finished(owner.client, (await owner.client.get<ImportJob>(res.body.status_url)).body);
       // Whatever the job says, a viewer's files are not written after the demotion.
       expect(job.done).toBeLessThan(N + 1);
       expect(await livePages('demoted')).toBe(job.created);
@@ -287,7 +251,7 @@ describe.each(testEngines())('import attacks (%s)', (engine) => {
         [a, 'lock-key'],
         [b, 'lock-session'],
       ] as const) {
-        const job = await finished(boss.client, (await boss.client.get<Job>(res.body.status_url)).body);
+        const job = await finished(boss.client, (await boss.client.get<ImportJob>(res.body.status_url)).body);
         expect(job.status, `${space}: ${JSON.stringify(job).slice(0, 300)}`).toBe('failed');
         expect(job.done).toBeLessThan(N);
       }

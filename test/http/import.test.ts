@@ -5,6 +5,7 @@ import { waitForVectors } from '../support/embeddings-server.js';
 import { testEngines } from '../support/engines.js';
 import { expectError, expectStatus } from '../support/expect.js';
 import { Client, createAgentWithKey, joinAs, signupHuman, startTestServer, type Res, type TestServer } from '../support/server.js';
+import { finished, postJson, postMultipart, postZip, reasons, type ImportJob } from '../support/imports.js';
 import { buildZip, ENCRYPTED, multipart, type ZipEntry } from '../support/zip.js';
 
 /**
@@ -25,56 +26,8 @@ const enc = encodeURIComponent;
 /** Random bytes for the big uploads, made once per file (they do not compress: stored entries the size they say). */
 const noise = randomBytes(51 * MiB + 4096);
 
-interface Job {
-  id: string;
-  status: 'queued' | 'running' | 'done' | 'failed';
-  space: string;
-  total: number;
-  done: number;
-  created: number;
-  updated: number;
-  unchanged: number;
-  skipped: { path: string; reason: string }[];
-  skipped_count: number;
-  renamed: { path: string; imported_as: string }[];
-  renamed_count: number;
-  commits: string[];
-  error: string | null;
-  created_at: string;
-  started_at: string | null;
-  finished_at: string | null;
-  status_url: string;
-}
-
-const postZip = (c: Client, space: string | null, zip: Buffer, type = 'application/zip') =>
-  c.request<Job>('POST', `/api/v1/import${space === null ? '' : `?space=${enc(space)}`}`, { body: zip, headers: { 'content-type': type } });
-
-const postMultipart = (c: Client, fields: Record<string, string>, file?: { data: Buffer; field?: string; name?: string; type?: string }) => {
-  const mp = multipart(
-    fields,
-    file ? { field: file.field ?? 'file', name: file.name ?? 'export.zip', data: file.data, ...(file.type ? { type: file.type } : {}) } : undefined,
-  );
-  return c.request<Job>('POST', '/api/v1/import', { body: mp.body, headers: { 'content-type': mp.contentType } });
-};
-
-const postJson = (c: Client, space: string, files: { path: string; content: string }[]) => c.post<Job>('/api/v1/import', { space, files });
-
-/** Polls `status_url` as a client would until the job ends. */
-async function finished(c: Client, job: Job, ms = 120_000): Promise<Job> {
-  const until = Date.now() + ms;
-  let cur = job;
-  while (cur.status !== 'done' && cur.status !== 'failed') {
-    if (Date.now() > until) throw new Error(`import ${job.id} did not finish: ${JSON.stringify(cur).slice(0, 400)}`);
-    await new Promise((r) => setTimeout(r, 100));
-    const res = await c.get<Job>(cur.status_url);
-    expectStatus(res, 200);
-    cur = res.body;
-  }
-  return cur;
-}
-
 /** The finished job of a 200 answer, checked for the shape every finished import has. */
-function done(res: Res<Job>): Job {
+function done(res: Res<ImportJob>): ImportJob {
   expectStatus(res, 200);
   const job = res.body;
   expect(job.status, JSON.stringify(job)).toBe('done');
@@ -85,8 +38,6 @@ function done(res: Res<Job>): Job {
   expect(job.finished_at).not.toBeNull();
   return job;
 }
-
-const reasons = (job: Job) => Object.fromEntries(job.skipped.map((s) => [s.path, s.reason]));
 
 /** A page's raw markdown, or the response when it is not there. */
 const raw = (c: Client, path: string) => c.get(`/api/v1/nodes/${enc(path)}?format=md`);
@@ -176,13 +127,13 @@ describe.each(testEngines())('import over REST (%s)', (engine) => {
       // The Space was created by the import.
       expect((await owner.client.get('/api/v1/spaces')).body.spaces.map((x: { id: string }) => x.id)).toContain('form-raw');
       // GET on the import answers the same record.
-      const again = await owner.client.get<Job>(job.status_url);
+      const again = await owner.client.get<ImportJob>(job.status_url);
       expectStatus(again, 200);
       expect(again.body).toEqual(job);
     });
 
     it('application/x-zip-compressed is taken as a zip too', async () => {
-      done(await postZip(owner.client, 'form-xzip', buildZip(entries), 'application/x-zip-compressed'));
+      done(await postZip(owner.client, 'form-xzip', buildZip(entries), { type: 'application/x-zip-compressed' }));
       expect(await pagePaths(owner.client, 'form-xzip')).toEqual(paths('form-xzip'));
     });
 
@@ -195,7 +146,7 @@ describe.each(testEngines())('import over REST (%s)', (engine) => {
       const mp = multipart({}, { field: 'file', name: 'x.zip', data: zip });
       const tail = Buffer.from(`--${mp.contentType.split('boundary=')[1]}\r\nContent-Disposition: form-data; name="space"\r\n\r\nform-mp2\r\n`);
       const body = Buffer.concat([tail, mp.body]);
-      const b = await owner.client.request<Job>('POST', '/api/v1/import', { body, headers: { 'content-type': mp.contentType } });
+      const b = await owner.client.request<ImportJob>('POST', '/api/v1/import', { body, headers: { 'content-type': mp.contentType } });
       expect(done(b).space).toBe('form-mp2');
     });
 
@@ -247,7 +198,7 @@ describe.each(testEngines())('import over REST (%s)', (engine) => {
       'Install the wombatron first. See [[Glossary]] and [the FAQ](../faq.md).\n';
     const glossary = '# Glossary\n\nTerms used by the wombatron team.\n';
     const faq = '---\ntags: faq\n---\n# FAQ\n\nAsked about the wombatron.\n';
-    let job: Job;
+    let job: ImportJob;
 
     beforeAll(async () => {
       job = done(
@@ -364,7 +315,7 @@ describe.each(testEngines())('import over REST (%s)', (engine) => {
   });
 
   describe('hostile entries are skipped with a reason, and nothing reaches outside the Space', () => {
-    let job: Job;
+    let job: ImportJob;
     let pagesBefore: number;
     const good = '# Kept\n\nThe first copy.\n';
 
@@ -649,7 +600,7 @@ describe.each(testEngines())('import over REST (%s)', (engine) => {
       // Someone else's import does not exist for an editor, running or not.
       expectError(await editor.client.get(res.body.status_url), 404, 'not_found');
       // The service answers while the job runs (a job yields between batches, on SQLite too).
-      const early = await owner.client.get<Job>(res.body.status_url);
+      const early = await owner.client.get<ImportJob>(res.body.status_url);
       expectStatus(early, 200);
       expect(early.body.done, 'the job ran to its end before the service answered anyone').toBeLessThan(n);
       // Progress only grows.
@@ -657,7 +608,7 @@ describe.each(testEngines())('import over REST (%s)', (engine) => {
       let cur = early.body;
       while (cur.status !== 'done' && cur.status !== 'failed') {
         await new Promise((r) => setTimeout(r, 100));
-        cur = (await owner.client.get<Job>(res.body.status_url)).body;
+        cur = (await owner.client.get<ImportJob>(res.body.status_url)).body;
         expect(cur.done).toBeGreaterThanOrEqual(last);
         expect(cur.done).toBeLessThanOrEqual(n);
         last = cur.done;
@@ -792,7 +743,7 @@ describe.each(testEngines())('import rate limit (%s)', (engine) => {
   it('5 imports an hour per principal: the 6th is 429 rate_limited with Retry-After; another member still imports', async () => {
     const owner = await signupHuman(s.url, 'Rita');
     const editor = await joinAs(owner.client, owner.workspace.slug, 'editor', 'Ravi');
-    const jobs: Job[] = [];
+    const jobs: ImportJob[] = [];
     for (let i = 0; i < 5; i++) jobs.push(done(await postJson(owner.client, 'rl', [{ path: `p${i}.md`, content: `# P${i}\n` }])));
     const sixth = await postJson(owner.client, 'rl', [{ path: 'p5.md', content: '# P5\n' }]);
     expectError(sixth, 429, 'rate_limited');

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
+import { chromiumPresent, launchChromium } from '../support/browser.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEngines } from '../support/engines.js';
 import { Client, startTestServer, type TestServer } from '../support/server.js';
@@ -231,12 +232,7 @@ describe.each(testEngines())('web app over HTTP (%s)', (engine) => {
 
 /* ----------------------------------------------------------------- browser */
 
-const CHROMIUM = '/usr/bin/chromium';
-const haveChromium = fs.existsSync(CHROMIUM);
-if (!haveChromium) {
-  if (process.env.CI) throw new Error(`${CHROMIUM} is missing: CI requires Debian's chromium for the browser tests (.ci/run installs it)`);
-  console.warn(`\n!!! ${CHROMIUM} not found: the BROWSER tests of the web app are SKIPPED on this machine (apt-get install chromium) !!!\n`);
-}
+const haveChromium = chromiumPresent('the web app');
 
 const SCREENSHOTS = path.resolve(import.meta.dirname, '../../docs/screenshots');
 
@@ -259,19 +255,7 @@ describe.skipIf(!haveChromium)('web app in a real browser (chromium, sqlite)', (
     await seed(owner.client);
     const inv = await owner.client.post('/api/v1/invites', { role: 'viewer' });
     viewer = await person(s.url, 'Victor', inv.body.token);
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-quic',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-      ],
-    });
+    browser = await launchChromium();
   });
   afterAll(async () => {
     await browser?.close();

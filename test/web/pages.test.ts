@@ -1,5 +1,5 @@
-import fs from 'node:fs';
-import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
+import { chromiumPresent, launchChromium } from '../support/browser.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { currentTotp } from '../../src/auth/totp.js';
 import { testEngines } from '../support/engines.js';
@@ -409,12 +409,7 @@ describe.each(testEngines())('HTML pages with REQUIRE_TOTP=on and rate limits (%
 
 /* ---------------------------------------------------------------- browser */
 
-const CHROMIUM = '/usr/bin/chromium';
-const haveChromium = fs.existsSync(CHROMIUM);
-if (!haveChromium) {
-  if (process.env.CI) throw new Error(`${CHROMIUM} is missing: CI requires Debian's chromium for the browser tests (.ci/run installs it)`);
-  console.warn(`\n!!! ${CHROMIUM} not found: the BROWSER tests of the HTML pages are SKIPPED on this machine (apt-get install chromium) !!!\n`);
-}
+const haveChromium = chromiumPresent('the HTML pages');
 
 /** CV_SCREENSHOTS=1 writes /tmp/cv-<name>.png to look at the pages during development. */
 async function shot(page: Page, name: string): Promise<void> {
@@ -430,19 +425,7 @@ describe.skipIf(!haveChromium)('HTML pages in a real browser (chromium, sqlite)'
   beforeAll(async () => {
     s = await startTestServer('sqlite');
     ann = await human(s.url, 'Ann');
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-quic',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-      ],
-    });
+    browser = await launchChromium();
   });
   afterAll(async () => {
     await browser?.close();

@@ -1,5 +1,5 @@
-import MarkdownIt, { type StateBlock, type StateInline, type Token } from 'markdown-it';
-import { REDACTED } from '../../markdown/index.js';
+import MarkdownIt, { type StateInline, type Token } from 'markdown-it';
+import { colonFencePlugin, FENCE_TOKEN, REDACTED, type FenceMeta } from '../../markdown/index.js';
 import { isLevel } from '../../policy/sensitivity.js';
 import { SafeHtml } from '../../http/shared/html.js';
 
@@ -73,33 +73,6 @@ export function slugify(text: string): string {
 
 /* ------------------------------------------------------ `:::` containers */
 
-const FENCE = 'colon_fence';
-const COLON = 0x3a;
-
-interface FenceMeta {
-  markers: number;
-  name: string | null;
-}
-
-/** Every `:::` line is a token of its own (as in src/markdown/blocks.ts); openers and closers are paired afterwards. */
-function colonFence(state: StateBlock, startLine: number, _endLine: number, silent: boolean): boolean {
-  if (state.sCount[startLine]! - state.blkIndent >= 4) return false;
-  const start = state.bMarks[startLine]! + state.tShift[startLine]!;
-  const max = state.eMarks[startLine]!;
-  let pos = start;
-  while (pos < max && state.src.charCodeAt(pos) === COLON) pos++;
-  if (pos - start < 3) return false;
-  if (silent) return true;
-  let word = state.src.slice(pos, max).trim().split(/\s/)[0] ?? '';
-  while (word.endsWith(':')) word = word.slice(0, -1);
-  const token = state.push(FENCE, '', 0);
-  token.block = true;
-  token.map = [startLine, startLine + 1];
-  token.meta = { markers: pos - start, name: word === '' ? null : word } satisfies FenceMeta;
-  state.line = startLine + 1;
-  return true;
-}
-
 function containerOpen(state: { Token: typeof Token }, name: string): Token {
   const t = new state.Token('container_open', 'div', 1);
   t.block = true;
@@ -142,7 +115,7 @@ function pairContainers(state: { tokens: Token[]; Token: typeof Token }): void {
     }
   };
   for (const t of state.tokens) {
-    if (t.type === FENCE) {
+    if (t.type === FENCE_TOKEN) {
       const meta = t.meta as unknown as FenceMeta;
       const parent = parents.at(-1) ?? null;
       if (meta.name !== null) {
@@ -282,7 +255,7 @@ function rewrite(state: { tokens: Token[]; env: RenderEnv; Token: typeof Token }
 }
 
 const md = new MarkdownIt('default', { html: false, linkify: true, typographer: false });
-md.block.ruler.before('fence', FENCE, colonFence, { alt: ['paragraph', 'reference', 'blockquote', 'list'] });
+colonFencePlugin(md);
 md.core.ruler.after('block', 'containers', (state) => pairContainers(state as unknown as Parameters<typeof pairContainers>[0]));
 md.inline.ruler.before('link', 'wikilink', wikiLink);
 md.core.ruler.push('rewrite', (state) => rewrite(state as unknown as Parameters<typeof rewrite>[0]));
