@@ -182,8 +182,25 @@ ${r.results.map(
 
 /* ----------------------------------------------------------------- routes */
 
+/**
+ * What a group of app routes in its own module needs (review.ts, edit.ts, …): the core context,
+ * the route options, the viewer for the layout, the app's 404 page, and the principal of a form
+ * POST (its CSRF field checked against the session's token).
+ */
+export interface AppKit {
+  ctx: CoreContext;
+  opts: { config: { auth: 'public' }; schema: { hide: true } };
+  viewerOf(p: Principal, req: FastifyRequest): Promise<Viewer>;
+  notFoundPage(req: FastifyRequest, reply: FastifyReply, message: string): Promise<FastifyReply>;
+  /** The signed-in person of a form POST whose `csrf` field matches; throws the ServiceError otherwise (401 → login, 403 csrf_failed → the error page). */
+  formPrincipal(req: FastifyRequest): Promise<Principal>;
+}
+
+/** Groups of routes in their own modules, registered after the reading pages (each adds its module here). */
+const ROUTE_GROUPS: ((app: FastifyInstance, kit: AppKit) => Promise<void>)[] = [];
+
 export async function appRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
-  const opts = { config: { auth: 'public' as const }, schema: { hide: true } };
+  const opts = { config: { auth: 'public' as const }, schema: { hide: true as const } };
 
   /** The person behind the session (GET pages: no CSRF check), or null when there is none usable. */
   async function principal(req: FastifyRequest): Promise<Principal | null> {
@@ -302,4 +319,18 @@ ${space.summary ? html`<p class="lead">${space.summary}</p>` : ''}
     reply.clearCookie(CSRF_COOKIE, { path: '/' });
     return reply.code(303).header('location', '/login').send();
   });
+
+  const kit: AppKit = {
+    ctx,
+    opts,
+    viewerOf,
+    notFoundPage,
+    async formPrincipal(req) {
+      const csrf = (req.body as Record<string, unknown> | undefined)?.csrf;
+      const r = await resolvePageSession(ctx, req, { csrf: typeof csrf === 'string' ? csrf : '', unsafe: true });
+      if (!r.ok) throw r.error;
+      return r.p;
+    },
+  };
+  for (const group of ROUTE_GROUPS) await group(app, kit);
 }
