@@ -257,7 +257,7 @@ describe.each(testEngines())('per-IP limits over HTTP (%s)', (engine) => {
 
   it('the second login step and the HTML forms share the login bucket (covered before those routes land)', async () => {
     const c = new Client(s.url);
-    for (const p of ['/api/auth/totp/verify', '/login', '/login/totp', '/api/auth/stepup']) {
+    for (const p of ['/api/auth/totp/verify', '/login', '/login/totp', '/api/auth/stepup', '/app/stepup']) {
       expectLimited(await c.post(p, { code: '123456' }), 12);
     }
     // A forged X-Forwarded-For does not buy a fresh bucket when TRUST_PROXY is off.

@@ -1,5 +1,6 @@
 import fs from 'node:fs';
-import { chromium, type Browser } from 'playwright-core';
+import path from 'node:path';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 
 /** Debian's chromium, driven by playwright-core (.ci/run installs it). */
 export const CHROMIUM = '/usr/bin/chromium';
@@ -30,4 +31,31 @@ export function launchChromium(): Promise<Browser> {
       '--disable-sync',
     ],
   });
+}
+
+/** A fresh browser profile on `baseURL`; any JavaScript dialog is recorded (a page must never open one). */
+export async function openPage(
+  browser: Browser,
+  baseURL: string,
+  viewport = { width: 1280, height: 900 },
+): Promise<{ context: BrowserContext; page: Page; dialogs: string[] }> {
+  const context = await browser.newContext({ baseURL, viewport });
+  // A missing element fails the test in seconds rather than at the test's own timeout.
+  context.setDefaultTimeout(10_000);
+  const page = await context.newPage();
+  const dialogs: string[] = [];
+  page.on('dialog', (d) => {
+    dialogs.push(d.message());
+    void d.dismiss();
+  });
+  return { context, page, dialogs };
+}
+
+const SCREENSHOTS = path.resolve(import.meta.dirname, '../../docs/screenshots');
+
+/** CV_SCREENSHOTS=1 refreshes docs/screenshots/<name>.png (the README shows them). */
+export async function screenshot(page: Page, name: string): Promise<void> {
+  if (process.env.CV_SCREENSHOTS !== '1') return;
+  fs.mkdirSync(SCREENSHOTS, { recursive: true });
+  await page.screenshot({ path: path.join(SCREENSHOTS, `${name}.png`), fullPage: true });
 }

@@ -1,7 +1,5 @@
-import fs from 'node:fs';
-import path from 'node:path';
-import type { Browser, BrowserContext, Page } from 'playwright-core';
-import { chromiumPresent, launchChromium } from '../support/browser.js';
+import type { Browser, Page } from 'playwright-core';
+import { chromiumPresent, launchChromium, openPage, screenshot } from '../support/browser.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEngines } from '../support/engines.js';
 import { Client, startTestServer, type TestServer } from '../support/server.js';
@@ -234,14 +232,7 @@ describe.each(testEngines())('web app over HTTP (%s)', (engine) => {
 
 const haveChromium = chromiumPresent('the web app');
 
-const SCREENSHOTS = path.resolve(import.meta.dirname, '../../docs/screenshots');
-
-/** CV_SCREENSHOTS=1 refreshes docs/screenshots/<name>.png (the README shows them). */
-async function shot(page: Page, name: string): Promise<void> {
-  if (process.env.CV_SCREENSHOTS !== '1') return;
-  fs.mkdirSync(SCREENSHOTS, { recursive: true });
-  await page.screenshot({ path: path.join(SCREENSHOTS, `${name}.png`), fullPage: true });
-}
+const shot = screenshot;
 
 describe.skipIf(!haveChromium)('web app in a real browser (chromium, sqlite)', () => {
   let s: TestServer;
@@ -262,19 +253,7 @@ describe.skipIf(!haveChromium)('web app in a real browser (chromium, sqlite)', (
     await s?.stop();
   });
 
-  /** A fresh browser profile; any JavaScript dialog is recorded (a page must never open one). */
-  async function newPage(viewport = { width: 1280, height: 900 }): Promise<{ context: BrowserContext; page: Page; dialogs: string[] }> {
-    const context = await browser.newContext({ baseURL: s.url, viewport });
-    // A missing element fails the test in seconds rather than at the test's own timeout.
-    context.setDefaultTimeout(10_000);
-    const page = await context.newPage();
-    const dialogs: string[] = [];
-    page.on('dialog', (d) => {
-      dialogs.push(d.message());
-      void d.dismiss();
-    });
-    return { context, page, dialogs };
-  }
+  const newPage = (viewport?: { width: number; height: number }) => openPage(browser, s.url, viewport);
 
   /** On /login: fills the form and submits it. */
   async function submitLogin(page: Page, email: string): Promise<void> {

@@ -7,6 +7,10 @@ export interface Viewer {
   role: string | null;
   workspace: string;
   csrf: string;
+  /** Editors and owners: open proposals they can see (the navigation shows "Review (n)"). */
+  reviews?: number;
+  /** More open proposals than were counted: shown as "n+". */
+  reviewsCapped?: boolean;
 }
 
 export interface AppPage {
@@ -15,7 +19,7 @@ export interface AppPage {
   /** The search box's current text (the search page keeps the query in it). */
   query?: string | undefined;
   /** Which navigation entry is the current page. */
-  current?: 'spaces' | 'search' | undefined;
+  current?: 'spaces' | 'search' | 'review' | undefined;
 }
 
 /**
@@ -29,6 +33,7 @@ export function appLayout(v: Viewer | null, page: AppPage): SafeHtml {
 <nav class="nav" aria-label="Main">
 <a class="brand" href="/app">Context Vault</a>
 <a class="navlink" href="/app"${page.current === 'spaces' ? html` aria-current="page"` : ''}>Spaces</a>
+${v.reviews !== undefined ? html`<a class="navlink" href="/app/proposals"${page.current === 'review' ? html` aria-current="page"` : ''}>Review <span class="count${v.reviews > 0 ? ' count-some' : ''}">(${v.reviews}${v.reviewsCapped ? '+' : ''})</span><span class="visually-hidden"> open proposals</span></a>` : ''}
 <form class="search" role="search" aria-label="Site search" method="get" action="/app/search">
 <label class="visually-hidden" for="q">Search pages</label>
 <input id="q" name="q" type="search" placeholder="Search  ( / )" maxlength="4000" value="${page.query ?? ''}" autocomplete="off">

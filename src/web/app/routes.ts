@@ -9,7 +9,7 @@ import type { PageRecord } from '../../core/pages/record.js';
 import { listSpaces, spaceTree, type TreeFolder } from '../../core/spaces.js';
 import { TREE_MAX_DEPTH } from '../../core/tree-input.js';
 import { setAppPageHeaders, html, type SafeHtml } from '../../http/shared/html.js';
-import { toServiceError } from '../../http/shared/errors.js';
+import { sendError, toServiceError } from '../../http/shared/errors.js';
 import { resolvePageSession } from '../../http/shared/page-session.js';
 import { pageBacklinks, relatedPages, type RelatedEntry } from '../../retrieval/related.js';
 import { SEARCH_MODES, searchPages, type SearchResult } from '../../retrieval/search.js';
@@ -17,6 +17,11 @@ import { MAX_QUERY_CHARS } from '../../retrieval/search-input.js';
 import type { Principal } from '../../policy/principal.js';
 import { badge, sendAppPage, when, type Viewer } from './layout.js';
 import { linkKey, pageUrl, renderMarkdown, slugify as slugOf } from './markdown.js';
+import { historyRoutes, historyUrl } from './history.js';
+import { reviewRoutes } from './review.js';
+import { editRoutes, newPageLink, pageControls } from './edit.js';
+import { stepUpRoutes } from './stepup.js';
+import { countOpenProposals } from '../../core/proposals/count.js';
 
 /**
  * The web app's reading pages (issue 17, first slice), under /app: the Spaces, a Space's tree, a
@@ -108,6 +113,7 @@ function pageBody(
   rendered: SafeHtml,
   backlinks: RelatedEntry[],
   related: { links: RelatedEntry[]; neighbours: RelatedEntry[]; shared_tags: RelatedEntry[] },
+  controls: SafeHtml = html``,
 ): SafeHtml {
   return html`${crumbs(page.path)}
 <article class="page">
@@ -120,12 +126,13 @@ ${page.redacted ? html`<span class="badge badge-redacted" title="Parts of this p
 ${page.tags.length ? html`<span class="tags"><span class="visually-hidden">Tags:</span> ${page.tags.map((t) => html`${badge('tag', t)} `)}</span>` : ''}
 </p>
 ${page.state === 'archived' && page.archived_reason ? html`<p class="notice">Archived: ${page.archived_reason}</p>` : ''}
+${controls}
 </header>
 <div class="md">
 ${rendered}
 </div>
 <footer class="page-foot muted">
-<span class="mono">${page.path}</span> · last commit <span class="mono" title="${page.commit_sha}">${page.commit_sha.slice(0, 10)}</span> · updated ${when(page.updated_at)}
+<span class="mono">${page.path}</span> · <a href="${historyUrl(page.path)}">History</a> · last commit <span class="mono" title="${page.commit_sha}">${page.commit_sha.slice(0, 10)}</span> · updated ${when(page.updated_at)}
 </footer>
 </article>
 <aside class="side">
@@ -197,7 +204,7 @@ export interface AppKit {
 }
 
 /** Groups of routes in their own modules, registered after the reading pages (each adds its module here). */
-const ROUTE_GROUPS: ((app: FastifyInstance, kit: AppKit) => Promise<void>)[] = [];
+const ROUTE_GROUPS: ((app: FastifyInstance, kit: AppKit) => Promise<void>)[] = [reviewRoutes, historyRoutes, editRoutes, stepUpRoutes];
 
 export async function appRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
   const opts = { config: { auth: 'public' as const }, schema: { hide: true as const } };
@@ -209,7 +216,15 @@ export async function appRoutes(app: FastifyInstance, ctx: CoreContext): Promise
   }
 
   async function viewerOf(p: Principal, req: FastifyRequest): Promise<Viewer> {
-    return { name: p.name, role: p.role, workspace: await currentWorkspaceName(ctx, p), csrf: req.cookies[CSRF_COOKIE] ?? '' };
+    // Editors and owners see how many open proposals wait for them ("Review (n)" in the navigation).
+    const reviews = p.role === 'editor' || p.role === 'owner' ? await countOpenProposals(ctx, p) : null;
+    return {
+      name: p.name,
+      role: p.role,
+      workspace: await currentWorkspaceName(ctx, p),
+      csrf: req.cookies[CSRF_COOKIE] ?? '',
+      ...(reviews ? { reviews: reviews.count, reviewsCapped: reviews.capped } : {}),
+    };
   }
 
   /** Every /app page needs a signed-in person; the others go to the login page and come back. */
@@ -235,6 +250,8 @@ export async function appRoutes(app: FastifyInstance, ctx: CoreContext): Promise
 
   app.setErrorHandler(async (err, req, reply) => {
     const e = toServiceError(err, req);
+    // A page for a browser; the usual JSON error body for anything else (as the login pages do).
+    if (!/\btext\/html\b/i.test(req.headers.accept ?? '')) return sendError(reply, e);
     if (e.status === 401) return loginRedirect(req, reply);
     if (e.status === 404) return notFoundPage(req, reply, e.message);
     const p = req.principal;
@@ -250,7 +267,7 @@ export async function appRoutes(app: FastifyInstance, ctx: CoreContext): Promise
   app.get('/', opts, async (req, reply) => {
     const p = req.principal!;
     const spaces = await listSpaces(ctx, p);
-    return sendAppPage(reply, 200, await viewerOf(p, req), { title: 'Spaces', body: spacesBody(spaces), current: 'spaces' });
+    return sendAppPage(reply, 200, await viewerOf(p, req), { title: 'Spaces', body: html`${spacesBody(spaces)}${newPageLink(p)}`, current: 'spaces' });
   });
 
   app.get('/s/:space', opts, async (req, reply) => {
@@ -261,6 +278,7 @@ export async function appRoutes(app: FastifyInstance, ctx: CoreContext): Promise
 <h1>${space.name}</h1>
 ${space.summary ? html`<p class="lead">${space.summary}</p>` : ''}
 <p class="muted">${tree.page_count} page${tree.page_count === 1 ? '' : 's'}</p>
+${newPageLink(p, space.id)}
 <div class="tree">${folderBody(tree)}</div>`;
     return sendAppPage(reply, 200, await viewerOf(p, req), { title: space.name, body, current: 'spaces' });
   });
@@ -273,7 +291,9 @@ ${space.summary ? html`<p class="lead">${space.summary}</p>` : ''}
     const [targets, back, related] = await Promise.all([readableLinkTargets(ctx, p, page), pageBacklinks(ctx, p, page.id), relatedPages(ctx, p, page.id)]);
     const links = new Map(targets.map((t) => [linkKey(t.kind, t.target), pageUrl(t.path)]));
     const rendered = renderMarkdown(page.body, { title: page.title, redacted: page.redacted, links });
-    return sendAppPage(reply, 200, await viewerOf(p, req), { title: page.title, body: pageBody(page, rendered, back.backlinks, related) });
+    const viewer = await viewerOf(p, req);
+    const controls = pageControls(p, page, viewer.csrf, req.query);
+    return sendAppPage(reply, 200, viewer, { title: page.title, body: pageBody(page, rendered, back.backlinks, related, controls) });
   });
 
   app.get('/search', opts, async (req, reply) => {
