@@ -33,7 +33,7 @@ describe('context-vault import (sqlite, service running)', () => {
     work = fs.mkdtempSync(path.join(os.tmpdir(), 'cv-cli-import-src-'));
     env = { DATA_DIR: dataDir, OPERATOR: 'test-operator' };
     const r = await cli(['create-owner', '--email', email, '--name', 'Ida', '--password-stdin', '--json'], { env, input: `${PASSWORD}\n` });
-    expect(r.code, r.stderr).toBe(0);
+    expect(r.code, `${r.stderr}\n${r.stdout}`).toBe(0);
     slug = JSON.parse(r.stdout).workspace.slug;
     svc = await spawnService(env);
     owner = new Client(svc.url);
@@ -75,7 +75,7 @@ describe('context-vault import (sqlite, service running)', () => {
     fs.writeFileSync(path.join(src, '.obsidian', 'workspace.md'), '# Editor state\n');
 
     const r = await cli(['import', '--workspace', slug, '--space', 'handbook', '--from', src, '--json'], { env, timeoutMs: 90_000 });
-    expect(r.code, r.stderr).toBe(0);
+    expect(r.code, `${r.stderr}\n${r.stdout}`).toBe(0);
     expect(CONTROL.test(r.stdout)).toBe(false);
     const out = JSON.parse(r.stdout);
     expect(out).toMatchObject({ status: 'done', space: 'handbook', total: 3, created: 3, updated: 0, unchanged: 0, error: null });
@@ -147,7 +147,7 @@ describe('context-vault import (sqlite, service running)', () => {
       ]),
     );
     const r = await cli(['import', '--workspace', slug, '--space', 'ops', '--from', zipPath], { env, timeoutMs: 90_000 });
-    expect(r.code, r.stderr).toBe(0);
+    expect(r.code, `${r.stderr}\n${r.stdout}`).toBe(0);
     expect(r.stdout).toMatch(new RegExp(`^import im_[0-9a-z]+ into ${slug}/ops: done; 1 created, 0 updated, 0 unchanged, 2 skipped, 1 commit\\(s\\)\n`));
     expect(r.stdout).toContain('skipped ../escape.md: unsafe name');
     expect(r.stdout).toContain('skipped notes.txt: not a markdown file');

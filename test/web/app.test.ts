@@ -385,8 +385,13 @@ describe.skipIf(!haveChromium)('web app in a real browser (chromium, sqlite)', (
     expect(text).toContain('<script>alert(1)</script>');
     expect(text).toContain('<img src=x onerror=alert(1)>');
     expect(text).toContain('[click me](javascript:alert(1))');
-    // Scripts on the whole page: only the app's own module.
-    expect(await page.locator('script').evaluateAll((els) => els.map((e) => e.getAttribute('src')))).toEqual(['/assets/app.js']);
+    // Scripts on the whole page: only the app's own modules, none inline and none from the page.
+    const scripts = await page.locator('script').evaluateAll((els) => els.map((e) => ({ src: e.getAttribute('src'), inline: e.textContent ?? '' })));
+    expect(scripts.map((x) => x.src)).toContain('/assets/app.js');
+    for (const x of scripts) {
+      expect(x.src ?? '').toMatch(/^\/assets\/[a-z-]+\.js$/);
+      expect(x.inline.trim()).toBe('');
+    }
     await page.waitForTimeout(300);
     expect(dialogs).toEqual([]);
     await context.close();

@@ -118,6 +118,15 @@ async function lockedSince(db: Executor, job: ImportJobsTable): Promise<boolean>
 
 class LostLease extends Error {}
 
+/** Tries of a batch that meets a busy database before the import fails. */
+const BUSY_RETRIES = 5;
+
+/** SQLite busy or locked; PostgreSQL serialization failure, deadlock, lock not available. */
+function isTransient(e: unknown): boolean {
+  const code = (e as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && (/^SQLITE_(BUSY|LOCKED)/.test(code) || code === '40001' || code === '40P01' || code === '55P03');
+}
+
 /**
  * Runs imports on one node. `run` applies one job to its end (the request that accepted a small
  * import awaits it); `kick` starts queued jobs in the background; a timer takes over jobs whose
@@ -201,7 +210,7 @@ export class ImportRunner {
     try {
       // A turn of the event loop before each batch: better-sqlite3 answers synchronously, so
       // without it a background job would hold the process (every other request) to its end.
-      while (!this.stopped && (await yieldToLoop(), await this.batch(id, caller))) {
+      while (!this.stopped && (await yieldToLoop(), await this.batchRetrying(id, caller))) {
         /* next batch */
       }
     } catch (e) {
@@ -218,6 +227,23 @@ export class ImportRunner {
       }
     }
     return toJob(row);
+  }
+
+  /**
+   * A batch, tried again when the database was only busy: another process holding SQLite's
+   * write lock past the busy timeout (the operator's command line beside a running service), or
+   * PostgreSQL breaking a deadlock. The batch rolled back whole, so trying again is safe.
+   */
+  private async batchRetrying(id: string, caller?: Principal): Promise<boolean> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.batch(id, caller);
+      } catch (e) {
+        if (attempt >= BUSY_RETRIES || !isTransient(e)) throw e;
+        this.ctx.log?.warn({ err: e, import: id, attempt }, 'import batch found the database busy; trying again');
+        await new Promise((r) => setTimeout(r, 250 * attempt));
+      }
+    }
   }
 
   private async fail(id: string, message: string): Promise<void> {

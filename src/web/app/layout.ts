@@ -11,6 +11,10 @@ export interface Viewer {
   reviews?: number;
   /** More open proposals than were counted: shown as "n+". */
   reviewsCapped?: boolean;
+  /** Unread inbox events (the navigation shows "Inbox (n)"; /assets/inbox.js keeps it current). */
+  inbox?: number;
+  /** More unread events than were counted: shown as "n+". */
+  inboxCapped?: boolean;
 }
 
 export interface AppPage {
@@ -19,7 +23,7 @@ export interface AppPage {
   /** The search box's current text (the search page keeps the query in it). */
   query?: string | undefined;
   /** Which navigation entry is the current page. */
-  current?: 'spaces' | 'search' | 'review' | undefined;
+  current?: 'spaces' | 'search' | 'review' | 'inbox' | 'agents' | 'members' | 'account' | undefined;
 }
 
 /**
@@ -34,10 +38,14 @@ export function appLayout(v: Viewer | null, page: AppPage): SafeHtml {
 <a class="brand" href="/app">Context Vault</a>
 <a class="navlink" href="/app"${page.current === 'spaces' ? html` aria-current="page"` : ''}>Spaces</a>
 ${v.reviews !== undefined ? html`<a class="navlink" href="/app/proposals"${page.current === 'review' ? html` aria-current="page"` : ''}>Review <span class="count${v.reviews > 0 ? ' count-some' : ''}">(${v.reviews}${v.reviewsCapped ? '+' : ''})</span><span class="visually-hidden"> open proposals</span></a>` : ''}
+${v.inbox !== undefined ? html`<a class="navlink" href="/app/inbox"${page.current === 'inbox' ? html` aria-current="page"` : ''}>Inbox <span class="count${v.inbox > 0 ? ' count-some' : ''}" data-inbox-count="${v.inbox}${v.inboxCapped ? '+' : ''}">(${v.inbox}${v.inboxCapped ? '+' : ''})</span><span class="visually-hidden"> unread</span></a>` : ''}
 <form class="search" role="search" aria-label="Site search" method="get" action="/app/search">
 <label class="visually-hidden" for="q">Search pages</label>
 <input id="q" name="q" type="search" placeholder="Search  ( / )" maxlength="4000" value="${page.query ?? ''}" autocomplete="off">
 </form>
+${v.role ? html`<a class="navlink" href="/app/agents"${page.current === 'agents' ? html` aria-current="page"` : ''}>Agents</a>` : ''}
+${v.role ? html`<a class="navlink" href="/app/members"${page.current === 'members' ? html` aria-current="page"` : ''}>Members</a>` : ''}
+<a class="navlink" href="/app/account"${page.current === 'account' ? html` aria-current="page"` : ''}>Account</a>
 <span class="who" title="Workspace ${v.workspace}${v.role ? ` · ${v.role}` : ''}"><span class="who-name">${v.name}</span> <span class="who-ws">· workspace ${v.workspace}</span></span>
 <form class="signout" method="post" action="/app/logout">
 <input type="hidden" name="csrf" value="${v.csrf}">
@@ -55,6 +63,7 @@ ${v.reviews !== undefined ? html`<a class="navlink" href="/app/proposals"${page.
 <title>${page.title} · Context Vault</title>
 <link rel="stylesheet" href="/assets/app.css">
 <script type="module" src="/assets/app.js"></script>
+<script type="module" src="/assets/copy.js"></script>
 </head>
 <body>
 <a class="skip" href="#main">Skip to content</a>

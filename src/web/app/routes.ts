@@ -21,7 +21,12 @@ import { historyRoutes, historyUrl } from './history.js';
 import { reviewRoutes } from './review.js';
 import { editRoutes, newPageLink, pageControls } from './edit.js';
 import { stepUpRoutes } from './stepup.js';
+import { adminRoutes } from './admin.js';
+import { accountRoutes } from './account.js';
 import { countOpenProposals } from '../../core/proposals/count.js';
+import { countUnreadInbox } from '../../core/inbox-count.js';
+import { discussionLink, threadRoutes } from './threads.js';
+import { inboxRoutes } from './inbox.js';
 
 /**
  * The web app's reading pages (issue 17, first slice), under /app: the Spaces, a Space's tree, a
@@ -136,6 +141,7 @@ ${rendered}
 </footer>
 </article>
 <aside class="side">
+${discussionLink(page)}
 ${entryList('Backlinks', 'backlinks', backlinks, 'No page links here.')}
 ${entryList('Links', 'links', related.links)}
 ${entryList('In the same folder', 'neighbours', related.neighbours)}
@@ -204,7 +210,16 @@ export interface AppKit {
 }
 
 /** Groups of routes in their own modules, registered after the reading pages (each adds its module here). */
-const ROUTE_GROUPS: ((app: FastifyInstance, kit: AppKit) => Promise<void>)[] = [reviewRoutes, historyRoutes, editRoutes, stepUpRoutes];
+const ROUTE_GROUPS: ((app: FastifyInstance, kit: AppKit) => Promise<void>)[] = [
+  reviewRoutes,
+  historyRoutes,
+  editRoutes,
+  stepUpRoutes,
+  adminRoutes,
+  accountRoutes,
+  threadRoutes,
+  inboxRoutes,
+];
 
 export async function appRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
   const opts = { config: { auth: 'public' as const }, schema: { hide: true as const } };
@@ -218,12 +233,16 @@ export async function appRoutes(app: FastifyInstance, ctx: CoreContext): Promise
   async function viewerOf(p: Principal, req: FastifyRequest): Promise<Viewer> {
     // Editors and owners see how many open proposals wait for them ("Review (n)" in the navigation).
     const reviews = p.role === 'editor' || p.role === 'owner' ? await countOpenProposals(ctx, p) : null;
+    // Everyone has an inbox: "Inbox (n)" counts the unread events (the same visibility as GET /api/v1/inbox).
+    const inbox = await countUnreadInbox(ctx, p);
     return {
       name: p.name,
       role: p.role,
       workspace: await currentWorkspaceName(ctx, p),
       csrf: req.cookies[CSRF_COOKIE] ?? '',
       ...(reviews ? { reviews: reviews.count, reviewsCapped: reviews.capped } : {}),
+      inbox: inbox.count,
+      inboxCapped: inbox.capped,
     };
   }
 
