@@ -1,7 +1,8 @@
 import * as OTPAuth from 'otpauth';
-import type { Browser, BrowserContext, Page } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { seriousViolations } from '../support/axe.js';
+import { freshEmail, signedInPage, webPerson, type WebPerson } from '../support/web.js';
 import { chromiumPresent, launchChromium, openPage, screenshot } from '../support/browser.js';
 import { testEngines } from '../support/engines.js';
 import { Client, createAgentWithKey, startTestServer, type TestServer } from '../support/server.js';
@@ -17,23 +18,8 @@ import { GitHome } from '../git/support.js';
  */
 
 const PASSWORD = 'correct horse battery';
-let counter = 0;
-const freshEmail = (name: string) => `${name.toLowerCase()}-${process.pid}-${++counter}-${Date.now()}@example.com`;
-
-interface Person {
-  client: Client;
-  email: string;
-  id: string;
-  slug: string;
-}
-
-async function person(base: string, name: string, inviteToken?: string): Promise<Person> {
-  const client = new Client(base);
-  const email = freshEmail(name);
-  const res = await client.post('/api/v1/auth/signup', { email, password: PASSWORD, name, ...(inviteToken ? { invite_token: inviteToken } : {}) });
-  if (res.status !== 201) throw new Error(`signup failed: ${res.status} ${res.text}`);
-  return { client, email, id: res.body.principal.id, slug: res.body.workspace.slug };
-}
+type Person = WebPerson;
+const person = webPerson;
 
 /** A second session of the same account (another browser). */
 async function signIn(base: string, email: string): Promise<Client> {
@@ -324,15 +310,7 @@ describe.skipIf(!haveChromium)('administering in a real browser (chromium, sqlit
     await s?.stop();
   });
 
-  async function signedIn(email: string, viewport?: { width: number; height: number }): Promise<{ context: BrowserContext; page: Page; dialogs: string[] }> {
-    const { context, page, dialogs } = await openPage(browser, s.url, viewport);
-    await page.goto('/login?next=%2Fapp');
-    await page.getByLabel('Email').fill(email);
-    await page.getByLabel('Password').fill(PASSWORD);
-    await page.getByRole('button', { name: 'Sign in' }).click();
-    await page.waitForURL((u) => u.pathname === '/app');
-    return { context, page, dialogs };
-  }
+  const signedIn = (email: string, viewport?: { width: number; height: number }) => signedInPage(browser, s.url, email, viewport);
 
   it('the owner creates an agent with a read grant and an internal ceiling, mints a key shown once, and revokes it', async () => {
     const { context, page, dialogs } = await signedIn(owner.email);

@@ -1,4 +1,5 @@
 import type { Browser, Page } from 'playwright-core';
+import { webPerson, type WebPerson } from '../support/web.js';
 import { chromiumPresent, launchChromium, openPage, screenshot } from '../support/browser.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEngines } from '../support/engines.js';
@@ -15,23 +16,8 @@ import { Client, startTestServer, type TestServer } from '../support/server.js';
 const PASSWORD = 'correct horse battery';
 const APP_CSP =
   "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
-let counter = 0;
-const freshEmail = (name: string) => `${name.toLowerCase()}-${process.pid}-${++counter}-${Date.now()}@example.com`;
-
-interface Person {
-  client: Client;
-  email: string;
-  slug: string;
-}
-
-/** Signs a person up through the JSON API (with an invite: they join that workspace, and sign-in lands in it). */
-async function person(base: string, name: string, inviteToken?: string): Promise<Person> {
-  const client = new Client(base);
-  const email = freshEmail(name);
-  const res = await client.post('/api/v1/auth/signup', { email, password: PASSWORD, name, ...(inviteToken ? { invite_token: inviteToken } : {}) });
-  if (res.status !== 201) throw new Error(`signup failed: ${res.status} ${res.text}`);
-  return { client, email, slug: res.body.workspace.slug };
-}
+type Person = WebPerson;
+const person = webPerson;
 
 async function write(c: Client, pagePath: string, content: string): Promise<void> {
   const res = await c.post('/api/v1/nodes', { path: pagePath, content, message: `add ${pagePath}` });

@@ -1,7 +1,8 @@
-import type { Browser, BrowserContext, Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { seriousViolations } from '../support/axe.js';
-import { chromiumPresent, launchChromium, openPage, screenshot } from '../support/browser.js';
+import { signedInPage, webPerson, type WebPerson } from '../support/web.js';
+import { chromiumPresent, launchChromium, screenshot } from '../support/browser.js';
 import { testEngines } from '../support/engines.js';
 import { Client, createAgentWithKey, startTestServer, type TestServer } from '../support/server.js';
 
@@ -14,23 +15,8 @@ import { Client, createAgentWithKey, startTestServer, type TestServer } from '..
  * a confidential page's history does not exist for a viewer.
  */
 
-const PASSWORD = 'correct horse battery';
-let counter = 0;
-const freshEmail = (name: string) => `${name.toLowerCase()}-${process.pid}-${++counter}-${Date.now()}@example.com`;
-
-interface Person {
-  client: Client;
-  email: string;
-  id: string;
-}
-
-async function person(base: string, name: string, inviteToken?: string): Promise<Person> {
-  const client = new Client(base);
-  const email = freshEmail(name);
-  const res = await client.post('/api/v1/auth/signup', { email, password: PASSWORD, name, ...(inviteToken ? { invite_token: inviteToken } : {}) });
-  if (res.status !== 201) throw new Error(`signup failed: ${res.status} ${res.text}`);
-  return { client, email, id: res.body.principal.id };
-}
+type Person = WebPerson;
+const person = webPerson;
 
 async function write(c: Client, pagePath: string, content: string): Promise<{ id: string; commit_sha: string }> {
   const res = await c.post('/api/v1/nodes', { path: pagePath, content, message: `add ${pagePath}` });
@@ -266,15 +252,7 @@ describe.skipIf(!haveChromium)('review and history in a real browser (chromium, 
     await s?.stop();
   });
 
-  async function signedIn(email: string, viewport?: { width: number; height: number }): Promise<{ context: BrowserContext; page: Page; dialogs: string[] }> {
-    const { context, page, dialogs } = await openPage(browser, s.url, viewport);
-    await page.goto('/login?next=%2Fapp');
-    await page.getByLabel('Email').fill(email);
-    await page.getByLabel('Password').fill(PASSWORD);
-    await page.getByRole('button', { name: 'Sign in' }).click();
-    await page.waitForURL((u) => u.pathname === '/app');
-    return { context, page, dialogs };
-  }
+  const signedIn = (email: string, viewport?: { width: number; height: number }) => signedInPage(browser, s.url, email, viewport);
 
   async function outcomeA11y(page: Page, id: string, into: Record<string, string[]>): Promise<void> {
     await page.goto(`/app/proposals/${id}`);

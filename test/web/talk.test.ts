@@ -1,7 +1,8 @@
-import type { Browser, BrowserContext, Page } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { seriousViolations } from '../support/axe.js';
-import { chromiumPresent, launchChromium, openPage, screenshot } from '../support/browser.js';
+import { signedInPage, webPerson, type WebPerson } from '../support/web.js';
+import { chromiumPresent, launchChromium, screenshot } from '../support/browser.js';
 import { testEngines } from '../support/engines.js';
 import { Client, createAgentWithKey, startTestServer, type TestServer } from '../support/server.js';
 
@@ -13,23 +14,8 @@ import { Client, createAgentWithKey, startTestServer, type TestServer } from '..
  * a reload. Plain HTTP checks run on every engine; the browser suite drives chromium.
  */
 
-const PASSWORD = 'correct horse battery';
-let counter = 0;
-const freshEmail = (name: string) => `${name.toLowerCase()}-${process.pid}-${++counter}-${Date.now()}@example.com`;
-
-interface Person {
-  client: Client;
-  email: string;
-  id: string;
-}
-
-async function person(base: string, name: string, inviteToken?: string): Promise<Person> {
-  const client = new Client(base);
-  const email = freshEmail(name);
-  const res = await client.post('/api/v1/auth/signup', { email, password: PASSWORD, name, ...(inviteToken ? { invite_token: inviteToken } : {}) });
-  if (res.status !== 201) throw new Error(`signup failed: ${res.status} ${res.text}`);
-  return { client, email, id: res.body.principal.id };
-}
+type Person = WebPerson;
+const person = webPerson;
 
 async function invite(owner: Client, base: string, name: string, role: 'editor' | 'viewer'): Promise<Person> {
   const inv = await owner.post('/api/v1/invites', { role });
@@ -292,15 +278,7 @@ describe.skipIf(!haveChromium)('discussion and inbox in a real browser (chromium
     await s?.stop();
   });
 
-  async function signedIn(email: string, viewport?: { width: number; height: number }): Promise<{ context: BrowserContext; page: Page; dialogs: string[] }> {
-    const { context, page, dialogs } = await openPage(browser, s.url, viewport);
-    await page.goto('/login?next=%2Fapp');
-    await page.getByLabel('Email').fill(email);
-    await page.getByLabel('Password').fill(PASSWORD);
-    await page.getByRole('button', { name: 'Sign in' }).click();
-    await page.waitForURL((u) => u.pathname === '/app');
-    return { context, page, dialogs };
-  }
+  const signedIn = (email: string, viewport?: { width: number; height: number }) => signedInPage(browser, s.url, email, viewport);
 
   it('A mentions B through the autocomplete; B sees it arrive in the open inbox, follows it and replies; A sees the reply; Mark read clears the count', async () => {
     const { owner, editor } = w;
