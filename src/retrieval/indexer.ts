@@ -186,6 +186,13 @@ export async function indexPages(db: Exec, rows: readonly PagesTable[], chunked?
   }
 }
 
+/** indexPages for pages of any workspaces: one call per workspace (re-indexing batches). */
+export async function indexPagesOfAnyWorkspace(db: Exec, rows: readonly PagesTable[]): Promise<void> {
+  const byWorkspace = new Map<string, PagesTable[]>();
+  for (const r of rows) byWorkspace.set(r.workspace_id, [...(byWorkspace.get(r.workspace_id) ?? []), r]);
+  for (const group of byWorkspace.values()) await indexPages(db, group);
+}
+
 /**
  * Each link with the lowest reader level that sees it: null when it is outside every block
  * above public, else the level of the blocks it sits in. A link inside a `::: secret` block

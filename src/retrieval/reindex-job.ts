@@ -4,7 +4,7 @@ import { sql, type Kysely, type Transaction } from 'kysely';
 import type { Store } from '../store/db.js';
 import type { DB } from '../store/schema.js';
 import { inTransaction } from '../store/tx.js';
-import { indexPage } from './indexer.js';
+import { indexPagesOfAnyWorkspace } from './indexer.js';
 
 /**
  * Re-indexing after an upgrade, in the background (issue 12).
@@ -12,7 +12,7 @@ import { indexPage } from './indexer.js';
  * Migrations hold no application code: a migration that leaves live pages without index rows
  * requests this job with a `maintenance_jobs` row (migration 010), and the server does the work
  * after it starts serving. Pages are indexed in page id order, `batch` pages per transaction, each
- * from its own row with `indexPage` (the code every page write uses). The batch's index rows and
+ * from its own row with `indexPages` (the code every page write uses). The batch's index rows and
  * the job's progress (`last_id`, `done`, `total`) commit together, so after a stop or a crash the
  * job resumes after the last page of the last committed batch, losing and repeating nothing.
  *
@@ -311,7 +311,7 @@ export class ReindexJob {
         .where('deleted_at', 'is', null)
         .orderBy('id')
         .execute();
-      for (const row of rows) await indexPage(trx, row);
+      await indexPagesOfAnyWorkspace(trx, rows);
 
       const lastId = next[next.length - 1]!.id;
       const left = await trx

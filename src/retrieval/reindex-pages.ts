@@ -3,13 +3,13 @@ import { LEVELS } from '../policy/sensitivity.js';
 import type { Executor, Store } from '../store/db.js';
 import type { DB } from '../store/schema.js';
 import { inTransaction } from '../store/tx.js';
-import { indexPage } from './indexer.js';
+import { indexPagesOfAnyWorkspace } from './indexer.js';
 import { ensureKeywordIndex, indexSections, isSqlite, keywordTable } from './keyword-index.js';
 
 /**
  * Re-indexing on the operator's demand (`context-vault reindex`), with progress. The same way as
  * the background job (reindex-job.ts): pages in id order, a batch per transaction, each page with
- * `indexPage` (the code every write uses), the batch's workspaces locked as writes lock them. A
+ * `indexPages` (the code every write uses), the batch's workspaces locked as writes lock them. A
  * page's old index rows are replaced in the same transaction as its new ones, so search stays
  * complete while it runs (unlike `reindexAll`, which empties the SQLite index first).
  */
@@ -41,11 +41,11 @@ export async function reindexPages(
     done += await inTransaction(store, null, async (trx) => {
       if (store.dialect === 'postgres') await sql`select id from workspaces where id in (${sql.join(workspaces)}) order by id for update`.execute(trx);
       const rows = await trx.selectFrom('pages').selectAll().where('id', 'in', ids).where('deleted_at', 'is', null).orderBy('id').execute();
-      for (const row of rows) await indexPage(trx, row);
+      await indexPagesOfAnyWorkspace(trx, rows);
       return rows.length;
     });
     last = ids[ids.length - 1]!;
-    opts.onProgress?.(Math.min(done, Math.max(total, done)), Math.max(total, done));
+    opts.onProgress?.(done, Math.max(total, done));
   }
   return { pages: done };
 }

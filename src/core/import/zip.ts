@@ -1,4 +1,4 @@
-import zlib from 'node:zlib';
+import { crc32 } from 'node:zlib';
 import yauzl, { type Entry, type ZipFile } from 'yauzl';
 import { badRequest, ServiceError } from '../errors.js';
 import { StagingList, type StagedImport } from './entries.js';
@@ -49,20 +49,6 @@ function typeProblem(e: Entry): string | null {
   if (madeBy === UNIX && mode !== 0 && mode !== S_IFREG) return 'not a regular file';
   if (e.compressionMethod !== 0 && e.compressionMethod !== 8) return `compressed with method ${e.compressionMethod}, which is not supported (use deflate)`;
   return null;
-}
-
-/** CRC-32 (zlib's, from Node 20.15; a table otherwise). */
-const crcTable = Array.from({ length: 256 }, (_, n) => {
-  let c = n;
-  for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
-  return c >>> 0;
-});
-function crc32(data: Buffer): number {
-  const native = (zlib as { crc32?: (d: Buffer) => number }).crc32;
-  if (native) return native(data) >>> 0;
-  let c = 0xffffffff;
-  for (const byte of data) c = crcTable[(c ^ byte) & 0xff]! ^ (c >>> 8);
-  return (c ^ 0xffffffff) >>> 0;
 }
 
 function open(buffer: Buffer): Promise<ZipFile> {
