@@ -144,6 +144,26 @@ export async function elevate(ctx: CoreContext, p: Principal, input: { agent_id:
   return rec;
 }
 
+export type ElevationListing = ElevationRecord & { granted_by: string };
+
+/**
+ * The workspace's live elevations (not revoked, not yet ended), the soonest to end first. Who
+ * may grant one may see them: a signed-in owner (the same check as `elevate`, no step-up: a
+ * read changes nothing).
+ */
+export async function listElevations(ctx: CoreContext, p: Principal, now = new Date()): Promise<ElevationListing[]> {
+  await requireOwnerOf(ctx, p, p.workspaceId);
+  return ctx.store.db
+    .selectFrom('elevations')
+    .select(['id', 'agent_id', 'reason', 'created_at', 'expires_at', 'granted_by'])
+    .where('workspace_id', '=', p.workspaceId)
+    .where('revoked_at', 'is', null)
+    .where('expires_at', '>', now.toISOString())
+    .orderBy('expires_at')
+    .orderBy('id')
+    .execute();
+}
+
 /** Git tokens live at most a year; 365 days is the default (spec §8). */
 export const GIT_TOKEN_MAX_DAYS = 365;
 

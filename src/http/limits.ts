@@ -10,7 +10,7 @@ import { clientKey } from './client-ip.js';
  * - Per IP, in an onRequest hook that runs before authentication (so a password guess is
  *   counted before it is checked, and routes that do not exist yet are covered by URL):
  *   login (password login, TOTP verify, step-up, the HTML login and step-up forms), sign-up (the three
- *   sign-up paths and the HTML invite form), git, OAuth registration, OAuth token.
+ *   sign-up paths, the HTML sign-up page and the HTML invite form), git, OAuth registration, OAuth token.
  * - Per principal, in a preParsing hook (after the faces' caller hooks, before a body is read):
  *   every /api/v1 request, plus bundle and import on top. A request without a principal (public
  *   route, unknown route) counts under its IP. A request refused by authentication never gets
@@ -39,7 +39,7 @@ interface Rule {
 type Scope = 'ip' | 'principal';
 
 const LOGIN_PATHS = new Set(['/api/auth/login', '/api/auth/totp/verify', '/api/auth/stepup', '/login', '/login/totp', '/app/stepup']);
-const SIGNUP_PATHS = new Set(['/api/v1/auth/signup', '/auth/signup', '/api/auth/signup']);
+const SIGNUP_PATHS = new Set(['/api/v1/auth/signup', '/auth/signup', '/api/auth/signup', '/signup']);
 
 /** The rules of spec §8 with the configured values. */
 export function limitRules(l: RateLimits) {

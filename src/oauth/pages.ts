@@ -2,8 +2,8 @@ import { html, type SafeHtml } from '../http/shared/html.js';
 
 /**
  * The consent page of /oauth/authorize: what is asked, by whom, for which workspace, and the two
- * answers. Same look as the other HTML pages (src/http/shared/html.ts), no script: one form, two
- * submit buttons.
+ * answers. Same look as the sign-in pages and the web app (src/http/shared/html.ts `layout`, the
+ * app's stylesheet), no script: one form, two submit buttons.
  */
 export interface ConsentView {
   clientName: string;
@@ -66,7 +66,7 @@ ${form(html`<button type="submit" name="decision" value="deny">Go back to the ap
 ${facts}
 <p class="label">It will be able to</p>
 <p>act as you, <strong>${v.role}</strong> of this workspace, through its MCP tools: read and search the pages you can read (up to <strong>${v.ceiling}</strong>), write pages, propose changes and post in threads. It never gets more than your role allows, and acts that need a step-up stay closed to it.</p>
-<p class="muted">You can revoke the connection at any time (GET /api/v1/me/oauth-clients). Only connect applications you trust.</p>
+<p class="muted">You can disconnect it at any time under Connected applications on <a href="/app/account">your account page</a> (or with <code>DELETE /api/v1/me/oauth-clients/:id</code>). Only connect applications you trust.</p>
 ${form(html`<p><button type="submit" name="decision" value="approve">Allow</button></p>
 <p><button type="submit" name="decision" value="deny" class="secondary">Deny</button></p>`)}`;
 }

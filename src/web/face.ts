@@ -10,7 +10,7 @@ import { pageRoutes } from './pages.js';
 export const FORM_BODY_LIMIT = 64 * 1024;
 
 /**
- * The server-rendered HTML face: /, /login, /login/totp, /invite/:token, the web app under /app
+ * The server-rendered HTML face: /, /login, /login/totp, /signup, /invite/:token, the web app under /app
  * (src/web/app) and its files under /assets, registered by app.ts
  * without a prefix (the pages live at the root). It owns the form-body parser, the page security
  * headers and an error handler that answers a browser with a page. Host check and rate limits

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { authenticate } from '../auth/resolve.js';
 import { newSecret, safeEqual } from '../auth/secrets.js';
 import { activateSession, CSRF_COOKIE, openSession, SESSION_COOKIE, type NewSession } from '../auth/sessions.js';
-import { beginLogin, signup } from '../core/accounts.js';
+import { beginLogin, hasAnyHuman, signup } from '../core/accounts.js';
 import type { CoreContext } from '../core/context.js';
 import { isServiceError } from '../core/errors.js';
 import { currentWorkspaceName } from '../core/identity.js';
@@ -13,15 +13,18 @@ import { resolvePageSession } from '../http/shared/page-session.js';
 import { setSessionCookies } from '../http/shared/session-cookies.js';
 import type { Principal } from '../policy/principal.js';
 import { html, messageBody, sendPage, type SafeHtml } from '../http/shared/html.js';
+import { qrSvg } from './app/account.js';
+import { setWorkspaceCookie } from './app/workspaces.js';
 
 /**
- * The pages of the HTML face (face.ts): GET / (to the web app or the sign-in), GET/POST /login, POST /login/totp, GET/POST /invite/:token.
+ * The pages of the HTML face (face.ts): GET / (to the web app or the sign-in), GET/POST /login,
+ * POST /login/totp, GET/POST /signup, GET/POST /invite/:token.
  *
  * CSRF: an HTML form cannot send the X-CSRF-Token header, so these pages resolve the session
  * themselves (the JSON faces' caller hook is not in this face; the routes say `auth: 'public'`)
  * and carry the token as the hidden form field `csrf` instead:
- *  - before a session exists (login, invite sign-up) it is a double submit of the `svc_csrf`
- *    cookie, which GET /login and the invite page set (or reuse) and embed;
+ *  - before a session exists (login, sign-up, invite sign-up) it is a double submit of the
+ *    `svc_csrf` cookie, which GET /login, GET /signup and the invite page set (or reuse) and embed;
  *  - with a session (TOTP step, invite accept) the field goes to `authenticate()` as the
  *    header would, so it must equal the session's own token and the `svc_csrf` cookie.
  * Faces are thin: every decision is made by the core functions these handlers call.
@@ -48,6 +51,8 @@ const SignupForm = z.object({
   email: z.email().max(254),
   password: z.string().min(1).max(1024),
 });
+/** The sign-up page's form: the invite form's fields without `action`, and where to go after. */
+const OwnSignupForm = SignupForm.omit({ action: true }).extend({ next: Next });
 
 /**
  * `next` is honoured only as a path on this site: one leading `/`, never `//` or `/\`
@@ -93,15 +98,23 @@ interface LoginView {
   email?: string | undefined;
   error?: string | undefined;
   signedIn?: { name: string; workspace: string } | undefined;
+  /** Whether a newcomer may create an account here (the page links to /signup), else invite only. */
+  signupOpen?: boolean | undefined;
 }
 
 function loginBody(v: LoginView): SafeHtml {
   const signed = v.signedIn
-    ? html`<p class="ok" role="status">Signed in as <strong>${v.signedIn.name}</strong> (workspace <strong>${v.signedIn.workspace}</strong>).</p>
+    ? html`<p class="notice notice-ok" role="status">Signed in as <strong>${v.signedIn.name}</strong> (workspace <strong>${v.signedIn.workspace}</strong>).</p>
 ${v.next ? html`<p><a href="${v.next}">Continue</a></p>` : ''}
 <hr>
 <h2>Sign in as someone else</h2>`
     : html`<h1>Sign in</h1>`;
+  const newcomer =
+    v.signupOpen === undefined
+      ? ''
+      : v.signupOpen
+        ? html`<p class="muted gate-other">New here? <a href="${withNext('/signup', v.next)}">Create an account</a></p>`
+        : html`<p class="muted gate-other">New here? Accounts on this service are by invite: ask a workspace owner for an invite link.</p>`;
   return html`${v.signedIn ? html`<h1>You are signed in</h1>` : ''}
 ${signed}
 ${alert(v.error)}
@@ -112,10 +125,48 @@ ${hidden('csrf', v.csrf)}${hidden('next', v.next)}
 <label for="password">Password</label>
 <input id="password" name="password" type="password" autocomplete="current-password" required maxlength="1024">
 <button type="submit">Sign in</button>
-</form>`;
+</form>
+${newcomer}`;
 }
 
-function codeBody(v: { csrf: string; next?: string | undefined; error?: string | undefined; enrol?: { uri: string; secret: string } | 'again' }): SafeHtml {
+interface SignupPageView {
+  csrf: string;
+  next?: string | undefined;
+  name?: string | undefined;
+  email?: string | undefined;
+  error?: string | undefined;
+}
+
+function signupBody(v: SignupPageView): SafeHtml {
+  return html`<h1>Create an account</h1>
+<p class="muted">Your account gets its own workspace; others can invite you to theirs.</p>
+${alert(v.error)}
+<form method="post" action="/signup">
+${hidden('csrf', v.csrf)}${hidden('next', v.next)}
+<label for="name">Your name</label>
+<input id="name" name="name" type="text" autocomplete="name" required maxlength="100" value="${v.name ?? ''}"${v.error ? '' : html` autofocus`}>
+<label for="email">Email</label>
+<input id="email" name="email" type="email" autocomplete="email" required maxlength="254" value="${v.email ?? ''}">
+<label for="password">Password</label>
+<input id="password" name="password" type="password" autocomplete="new-password" required minlength="10" maxlength="1024" aria-describedby="pwhelp">
+<p id="pwhelp" class="muted">At least 10 characters; a few words make a good one.</p>
+<button type="submit">Create account</button>
+</form>
+<p class="muted gate-other">Already have an account? <a href="${withNext('/login', v.next)}">Sign in</a></p>`;
+}
+
+function inviteOnlyBody(next: string | undefined): SafeHtml {
+  return html`<h1>Sign-up is by invite only</h1>
+<p role="alert">New accounts on this service need an invite. Ask a workspace owner for an invite link; it leads to a page where you create your account.</p>
+<p><a href="${withNext('/login', next)}">Sign in</a> if you already have an account.</p>`;
+}
+
+function codeBody(v: {
+  csrf: string;
+  next?: string | undefined;
+  error?: string | undefined;
+  enrol?: { uri: string; secret: string; qr: SafeHtml | null } | 'again';
+}): SafeHtml {
   const intro =
     v.enrol === undefined
       ? html`<h1>Two-step verification</h1>
@@ -124,7 +175,8 @@ function codeBody(v: { csrf: string; next?: string | undefined; error?: string |
         ? html`<h1>Set up two-step verification</h1>
 <p>Enter the 6-digit code your authenticator app shows for Context Vault. If you have not added the key yet, <a href="${withNext('/login', v.next)}">sign in again</a> to get a new one.</p>`
         : html`<h1>Set up two-step verification</h1>
-<p>This service requires a second factor. Add this key to your authenticator app (for example by pasting the link below into it), then enter the 6-digit code it shows.</p>
+<p>This service requires a second factor. Scan this code with your authenticator app (or type the key in by hand), then enter the 6-digit code it shows.</p>
+${v.enrol.qr ? html`<div class="qr-wrap">${v.enrol.qr}</div>` : ''}
 <p class="label">Setup link</p>
 <code id="uri" class="secret">${v.enrol.uri}</code>
 <p class="label">Key (to type in by hand)</p>
@@ -194,28 +246,38 @@ export async function pageRoutes(web: FastifyInstance, ctx: CoreContext): Promis
       signedInView = { name: who.p.name, workspace: await currentWorkspaceName(ctx, who.p) };
     }
     const csrf = v.csrf ?? formToken(ctx, req, reply);
-    return sendPage(reply, status, 'Sign in', loginBody({ ...v, csrf, signedIn: signedInView }));
+    return sendPage(reply, status, 'Sign in', loginBody({ ...v, csrf, signedIn: signedInView, signupOpen: await signupOpen() }));
   }
 
-  /** After the last login step: the full-lifetime cookies are set; go to `next` or the signed-in page. */
+  /** After the last login (or sign-up) step: the full-lifetime cookies are set; go to `next` or the web app. */
   function finish(reply: FastifyReply, next: string | undefined) {
     return reply
       .code(303)
-      .header('location', next ?? '/login')
+      .header('location', next ?? '/app')
       .send();
   }
 
-  /** The site's front door: the web app for a signed-in person, else the sign-in page that leads there (there is no HTML sign-up page yet). */
+  /** Whether a newcomer may sign up without an invite: SIGNUPS=open, or no account exists yet (the first one bootstraps an invite-only service). */
+  async function signupOpen(): Promise<boolean> {
+    return ctx.config.signups === 'open' || !(await hasAnyHuman(ctx));
+  }
+
+  /** The site's front door: the web app for a signed-in person, else the sign-in page (which offers sign-up where it is open). */
   web.get('/', opts, async (req, reply) => {
     const who = await resolvePageSession(ctx, req, { unsafe: false });
     return reply
       .code(303)
-      .header('location', who.ok ? '/app' : `/login?next=${encodeURIComponent('/app')}`)
+      .header('location', who.ok ? '/app' : '/login')
       .send();
   });
 
   web.get('/login', opts, async (req, reply) => {
     const next = safeNext(field(req.query, 'next'));
+    // Signed in and going nowhere in particular: the app is where they want to be.
+    if (!next) {
+      const who = await signedIn(ctx, req);
+      if (who && who !== 'stale') return finish(reply, undefined);
+    }
     return loginPage(req, reply, 200, { next });
   });
 
@@ -263,7 +325,8 @@ export async function pageRoutes(web: FastifyInstance, ctx: CoreContext): Promis
     });
     const e = await enrollTotp(ctx, p, undefined);
     if (e.enabled) return finish(reply, next);
-    return sendPage(reply, 200, 'Set up two-step verification', codeBody({ csrf: s.csrf, next, enrol: { uri: e.otpauth_uri, secret: e.secret } }));
+    const qr = await qrSvg(e.otpauth_uri);
+    return sendPage(reply, 200, 'Set up two-step verification', codeBody({ csrf: s.csrf, next, enrol: { uri: e.otpauth_uri, secret: e.secret, qr } }));
   }
 
   web.post('/login/totp', opts, async (req, reply) => {
@@ -306,6 +369,54 @@ export async function pageRoutes(web: FastifyInstance, ctx: CoreContext): Promis
     }
     const expiresAt = await activateSession(ctx, p.sessionId!);
     setSessionCookies(ctx, reply, { id: p.sessionId!, token: req.cookies[SESSION_COOKIE]!, csrf, expiresAt });
+    return finish(reply, next);
+  });
+
+  /* ------------------------------------------------------------ sign-up */
+
+  async function signupPage(req: FastifyRequest, reply: FastifyReply, status: number, v: Omit<SignupPageView, 'csrf'> & { csrf?: string }) {
+    if (!(await signupOpen())) return sendPage(reply, status === 200 ? 200 : 403, 'Sign-up is by invite only', inviteOnlyBody(v.next));
+    const csrf = v.csrf ?? formToken(ctx, req, reply);
+    return sendPage(reply, status, 'Create an account', signupBody({ ...v, csrf }));
+  }
+
+  web.get('/signup', opts, async (req, reply) => {
+    const next = safeNext(field(req.query, 'next'));
+    const who = await signedIn(ctx, req);
+    if (who && who !== 'stale') return finish(reply, next);
+    return signupPage(req, reply, 200, { next });
+  });
+
+  /** The same core `signup` as POST /api/v1/auth/signup (and the same per-IP sign-up limit: src/http/limits.ts). */
+  web.post('/signup', opts, async (req, reply) => {
+    const next = safeNext(field(req.body, 'next'));
+    const name = field(req.body, 'name');
+    const email = field(req.body, 'email');
+    // What was typed comes back into the form; the password never does.
+    const keep = {
+      next,
+      name: typeof name === 'string' && name.length <= 100 ? name : undefined,
+      email: typeof email === 'string' && email.length <= 254 ? email : undefined,
+    };
+    const csrf = field(req.body, 'csrf');
+    if (typeof csrf !== 'string' || !preSessionCsrfOk(req, csrf)) return signupPage(req, reply, 403, { ...keep, error: CSRF_MESSAGE });
+    const form = OwnSignupForm.safeParse(req.body);
+    if (!form.success) return signupPage(req, reply, 400, { ...keep, csrf, error: 'Enter your name, a valid email address and a password.' });
+    let result: Awaited<ReturnType<typeof signup>>;
+    try {
+      result = await signup(ctx, { email: form.data.email, password: form.data.password, name: form.data.name });
+    } catch (err) {
+      if (!isServiceError(err)) throw err;
+      if (err.code === 'invite_required') return sendPage(reply, 403, 'Sign-up is by invite only', inviteOnlyBody(next));
+      if (err.status >= 500) throw err;
+      const error = err.code === 'email_taken' ? 'An account with this email address already exists: sign in instead.' : err.message;
+      return signupPage(req, reply, err.status, { ...keep, csrf, error });
+    }
+    // As the API's sign-up: a service that requires TOTP opens the session pending its enrolment.
+    const pending = ctx.config.requireTotp ? ('totp_enroll' as const) : null;
+    const s = await openSession(ctx, result.principalId, result.workspace.id, pending);
+    setSessionCookies(ctx, reply, s);
+    if (pending) return enrolPage(req, reply, s, next);
     return finish(reply, next);
   });
 
@@ -391,8 +502,8 @@ ${hidden('csrf', csrf)}${hidden('action', 'signup')}
       200,
       'Invite accepted',
       html`<h1>Welcome to ${w.name}</h1>
-<p class="ok" role="status">${welcome ? html`${welcome} ` : ''}You joined <strong>${w.name}</strong> as <strong>${ROLE_TEXT[role] ?? role}</strong>.</p>
-<p><a href="/login">Continue</a></p>`,
+<p class="notice notice-ok" role="status">${welcome ? html`${welcome} ` : ''}You joined <strong>${w.name}</strong> as <strong>${ROLE_TEXT[role] ?? role}</strong>.</p>
+<p><a href="/app">Continue to ${w.name}</a></p>`,
     );
   }
 
@@ -460,6 +571,8 @@ ${hidden('csrf', csrf)}${hidden('action', 'signup')}
     }
     try {
       const joined = await acceptInvite(ctx, who.p, token);
+      // "Continue" opens the workspace just joined (the app's workspace choice, workspaces.ts).
+      setWorkspaceCookie(ctx, reply, joined.workspace.id);
       return joinedPage(reply, joined.workspace, joined.role);
     } catch (err) {
       if (!isServiceError(err)) throw err;

@@ -1115,7 +1115,8 @@ const ROWS: Row[] = [
 const NOT_IN_MATRIX: { pattern: RegExp; why: string }[] = [
   { pattern: /^\/login(\/|$)/, why: 'HTML sign-in pages: CSRF-protected forms, covered by the browser test' },
   { pattern: /^\/invite\//, why: 'HTML invite landing pages, covered by the browser test' },
-  { pattern: /^\/(app(\/|$)|$)/, why: 'the web app (HTML, issue 17): session cookie or a redirect to /login, test/web/app.test.ts' },
+  { pattern: /^\/signup$/, why: 'HTML sign-up page: a CSRF-protected form before any session, test/web/getting-in.test.ts' },
+  { pattern: /^\/(app(\/|$)|$)/, why: 'the web app (HTML, issue 17): its own matrix of session, csrf field and role, test/web/app-matrix.test.ts' },
   { pattern: /^\/assets\//, why: "the web app's public static files (test/web/app.test.ts)" },
   { pattern: /^\/oauth(\/|$)/, why: 'OAuth endpoints (later issue): their own client credentials and error format' },
   { pattern: /^\/git(\/|$)/, why: 'git smart HTTP: git tokens over Basic auth, its own matrix' },

@@ -76,7 +76,7 @@ describe.each(testEngines())('web app writing over HTTP (%s)', (engine) => {
     await s?.stop();
   });
 
-  it('an owner is offered New page, Edit and the actions; a viewer none of them, and the editor and actions pages refuse them', async () => {
+  it('an owner is offered New page, Edit and the actions; a viewer only proposing (an edit, archiving), and the actions and new-page addresses refuse them', async () => {
     const ownPage = await (await browse(s, owner.client, '/app/p/handbook/guide/runbook.md')).text();
     expect(ownPage).toContain('href="/app/e/handbook/guide/runbook.md"');
     expect(ownPage).toContain('<summary>Actions</summary>');
@@ -86,12 +86,18 @@ describe.each(testEngines())('web app writing over HTTP (%s)', (engine) => {
     const page = await browse(s, viewer.client, '/app/p/handbook/guide/runbook.md');
     expect(page.status).toBe(200);
     const text = await page.text();
-    expect(text).not.toContain('/app/e/');
-    expect(text).not.toContain('/app/a/');
+    // A viewer may propose (ROLE_ACTIONS): the editor proposes, and archiving is one form that the core makes a proposal.
+    expect(text).toContain('<a class="button" href="/app/e/handbook/guide/runbook.md">Propose an edit</a>');
+    expect(text).toContain('<summary>Propose archiving</summary>');
     expect(text).not.toContain('<summary>Actions</summary>');
+    expect(text).not.toContain('value="move"');
+    expect(text).not.toContain('value="delete"');
+    const proposing = await browse(s, viewer.client, '/app/e/handbook/guide/runbook.md');
+    expect(proposing.status).toBe(200);
+    expect(await proposing.text()).toContain('value="propose">Propose</button>');
     expect(await (await browse(s, viewer.client, '/app/s/handbook')).text()).not.toContain('/app/new');
     expect(await (await browse(s, viewer.client, '/app')).text()).not.toContain('/app/new');
-    for (const url of ['/app/e/handbook/guide/runbook.md', '/app/a/handbook/guide/runbook.md', '/app/new?space=handbook']) {
+    for (const url of ['/app/a/handbook/guide/runbook.md', '/app/new?space=handbook']) {
       const res = await browse(s, viewer.client, url);
       expect(res.status, url).toBe(403);
       expect(await res.text(), url).toContain('<h1>Not allowed</h1>');
@@ -477,7 +483,7 @@ describe.skipIf(!haveChromium)('web app writing in a real browser (chromium, sql
     await context.close();
   });
 
-  it('a viewer sees no edit controls, and the editor address refuses them', async () => {
+  it('a viewer sees no edit controls; the editor address is the proposing form', async () => {
     const { context, page } = await newPage();
     await signIn(page, viewer.email);
     expect(await page.getByRole('link', { name: 'New page' }).count()).toBe(0);
@@ -487,9 +493,11 @@ describe.skipIf(!haveChromium)('web app writing in a real browser (chromium, sql
     expect(await page.getByRole('heading', { level: 1 }).textContent()).toBe('Deploy Notes');
     expect(await page.getByRole('link', { name: 'Edit', exact: true }).count()).toBe(0);
     expect(await page.getByText('Actions', { exact: true }).count()).toBe(0);
-    const res = await page.goto('/app/e/handbook/guide/deploy-notes.md');
-    expect(res!.status()).toBe(403);
-    expect(await page.getByRole('heading', { level: 1 }).textContent()).toBe('Not allowed');
+    await page.getByRole('link', { name: 'Propose an edit' }).click();
+    await page.waitForURL('**/app/e/handbook/guide/deploy-notes.md');
+    expect(await page.getByRole('heading', { level: 1 }).textContent()).toBe('Propose an edit: Deploy Notes');
+    expect(await page.getByRole('button', { name: 'Save', exact: true }).count()).toBe(0);
+    expect(await page.getByRole('button', { name: 'Propose', exact: true }).count()).toBe(1);
     await context.close();
   });
 

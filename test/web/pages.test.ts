@@ -13,7 +13,8 @@ import { Client, startTestServer, type Res, type TestServer } from '../support/s
  */
 
 const PASSWORD = 'correct horse battery';
-const CSP = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+// The app's stylesheet and nothing else: no script, no inline style (issue 17: the pages share the app's look).
+const CSP = "default-src 'none'; style-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 let counter = 0;
 const freshEmail = (name: string) => `${name.toLowerCase().replace(/[^a-z]/g, '') || 'user'}-${process.pid}-${++counter}-${Date.now()}@example.com`;
 
@@ -141,11 +142,11 @@ describe.each(testEngines())('HTML pages over plain HTTP (%s)', (engine) => {
     expect(head.headers.get('content-security-policy')).toBe(CSP);
   });
 
-  it("POST /login signs in: 303 to /login, session cookie set, the session's own CSRF token replaces the form one", async () => {
+  it("POST /login signs in: 303 to /app, session cookie set, the session's own CSRF token replaces the form one", async () => {
     const { c, csrf } = await openLogin(s.url);
     const res = await postForm(c, '/login', { email: ann.email.toUpperCase(), password: PASSWORD, csrf });
     expect(res.status, res.text).toBe(303);
-    expect(res.headers.get('location')).toBe('/login');
+    expect(res.headers.get('location')).toBe('/app');
     expect(res.headers.get('cache-control')).toBe('no-store');
     expect(res.headers.get('referrer-policy')).toBe('no-referrer');
     expect(setCookieNames(res)).toEqual(expect.arrayContaining(['svc_session', 'svc_csrf']));
@@ -156,8 +157,12 @@ describe.each(testEngines())('HTML pages over plain HTTP (%s)', (engine) => {
     expect(me.body.user.email).toBe(ann.email);
     // The JSON API's double submit works with the new cookie (the Client echoes it as the header).
     expect((await c.patch('/api/v1/me', { name: 'Ann' })).status).toBe(200);
-    // The signed-in page names the user and keeps the session's token (no new svc_csrf).
-    const page = await c.get('/login');
+    // Signed in, /login without a `next` goes to the app (issue 17)…
+    const again = await send(c, 'GET', '/login');
+    expect(again.status).toBe(303);
+    expect(again.headers.get('location')).toBe('/app');
+    // …and with one, the page names the user and keeps the session's token (no new svc_csrf).
+    const page = await send(c, 'GET', '/login?next=%2Fapp');
     expectPage(page, 200);
     expect(page.text).toContain('Signed in as <strong>Ann</strong>');
     expect(hiddenField(page.text, 'csrf')).toBe(c.cookies.get('svc_csrf'));
@@ -255,7 +260,7 @@ describe.each(testEngines())('HTML pages over plain HTTP (%s)', (engine) => {
     for (const bad of ['https://evil.example/x', '//evil', '/.//evil', '/\\evil']) {
       const { res } = await formLogin(s.url, ann.email, PASSWORD, { next: bad });
       expect(res.status, bad).toBe(303);
-      expect(res.headers.get('location'), bad).toBe('/login');
+      expect(res.headers.get('location'), bad).toBe('/app');
     }
   });
 
@@ -363,7 +368,7 @@ describe.each(testEngines())('HTML pages over plain HTTP (%s)', (engine) => {
     const accepted = await postForm(tom.client, inv.path, { action: 'accept', csrf: tom.client.cookies.get('svc_csrf')! });
     expectPage(accepted, 200);
     expect(accepted.text).toContain('Welcome to &lt;script&gt;alert(1)&lt;/script&gt;');
-    const signedIn = await tom.client.get('/login');
+    const signedIn = await tom.client.get('/login?next=%2Fapp');
     expect(signedIn.text).toContain('Signed in as <strong>Tom &amp; &quot;Jerry&quot; &#39;O&#39;Brien</strong>');
     // A value echoed back into a form attribute cannot break out of it.
     const { c, csrf } = await openLogin(s.url);
@@ -449,8 +454,9 @@ describe.skipIf(!haveChromium)('HTML pages in a real browser (chromium, sqlite)'
     await page.goto('/login');
     await shot(page, 'login');
     await signIn(page, ann.email);
-    await page.waitForURL('**/login');
-    await expect.poll(() => page.getByRole('status').textContent()).toContain('Signed in as Ann');
+    // Signed in without a `next`: the web app.
+    await page.waitForURL((u) => u.pathname === '/app');
+    expect(await page.locator('.who-name').textContent()).toBe('Ann');
     const cookies = await context.cookies();
     const session = cookies.find((c) => c.name === 'svc_session');
     expect(session?.httpOnly).toBe(true);
@@ -487,8 +493,8 @@ describe.skipIf(!haveChromium)('HTML pages in a real browser (chromium, sqlite)'
     await expect.poll(() => page.getByRole('alert').textContent()).toContain('That code is not right');
     await page.getByLabel('Code').fill(next);
     await page.getByRole('button', { name: 'Verify' }).click();
-    await page.waitForURL('**/login');
-    await expect.poll(() => page.getByRole('status').textContent()).toContain('Signed in as Bob');
+    await page.waitForURL((u) => u.pathname === '/app');
+    expect(await page.locator('.who-name').textContent()).toBe('Bob');
     const me = await page.request.get('/api/auth/me');
     expect(me.status()).toBe(200);
     expect((await me.json()).user.email).toBe(bob.email);

@@ -19,9 +19,19 @@ const BY_STATUS: Record<number, ErrorCode> = {
   429: 'rate_limited',
 };
 
+/**
+ * PostgreSQL refuses the NUL character (U+0000) in text with SQLSTATE 22021 (SQLite stores it):
+ * a NUL in an address or a field the core passes on to a query is the caller's bad input on
+ * either engine, never a server fault.
+ */
+function isNulRefusal(err: unknown): boolean {
+  return typeof err === 'object' && err !== null && (err as { code?: unknown }).code === '22021';
+}
+
 /** Maps anything thrown in a request to the one error type; unknown failures are logged and 500. */
 export function toServiceError(err: unknown, req: FastifyRequest): ServiceError {
   if (isServiceError(err)) return err;
+  if (isNulRefusal(err)) return new ServiceError(400, 'invalid_request', 'Text must not contain the NUL character (U+0000)');
   if (hasZodFastifySchemaValidationErrors(err)) {
     const parts = err.validation.map((v) => {
       const path = v.instancePath.split('/').filter(Boolean).join('.');

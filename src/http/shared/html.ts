@@ -32,9 +32,13 @@ export function html(strings: TemplateStringsArray, ...values: unknown[]): SafeH
   return new SafeHtml(out);
 }
 
-/** The security headers of every HTML page and redirect (the invite token travels in the URL). */
+/**
+ * The security headers of every HTML page and redirect (the invite token travels in the URL).
+ * The sign-in, invite and consent pages load the web app's stylesheet (/assets/app.css, so they
+ * look like the app) and nothing else: no script at all, no inline style.
+ */
 export const PAGE_HEADERS: Readonly<Record<string, string>> = {
-  'content-security-policy': "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+  'content-security-policy': "default-src 'none'; style-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
   'x-frame-options': 'DENY',
   'referrer-policy': 'no-referrer',
   'cache-control': 'no-store',
@@ -60,41 +64,11 @@ export function setAppPageHeaders(reply: FastifyReply): void {
   for (const [k, v] of Object.entries(APP_PAGE_HEADERS)) reply.header(k, v);
 }
 
-const STYLE = `
-:root { color-scheme: light dark; --fg: #1d2330; --muted: #5b6475; --bg: #f4f5f8; --card: #fff; --line: #d5d9e2;
-  --accent: #2f5bd3; --accent-fg: #fff; --err-bg: #fdecec; --err-fg: #8a1c1c; --ok-bg: #e8f5ec; --ok-fg: #1d5a32; }
-@media (prefers-color-scheme: dark) {
-  :root { --fg: #e6e8ee; --muted: #a3abbb; --bg: #14171d; --card: #1d2129; --line: #353b48;
-    --accent: #7c9dff; --accent-fg: #0e1116; --err-bg: #3a1d1f; --err-fg: #ffb4b4; --ok-bg: #18301f; --ok-fg: #a8e6b8; }
-}
-* { box-sizing: border-box; }
-body { margin: 0; min-height: 100vh; display: flex; align-items: center; justify-content: center; padding: 1.5rem;
-  font: 16px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg); background: var(--bg); }
-main { width: 100%; max-width: 26rem; background: var(--card); border: 1px solid var(--line); border-radius: 12px;
-  padding: 2rem; box-shadow: 0 2px 12px rgba(0,0,0,.06); }
-.brand { margin: 0 0 1.25rem; font-size: .85rem; letter-spacing: .06em; text-transform: uppercase; color: var(--muted); }
-h1 { margin: 0 0 1rem; font-size: 1.4rem; line-height: 1.3; }
-h2 { margin: 0 0 1rem; font-size: 1.05rem; }
-p, form { margin: 0 0 1rem; }
-main > :last-child { margin-bottom: 0; }
-label, p.label { display: block; margin: 0 0 .35rem; font-weight: 600; font-size: .95rem; }
-input[type=email], input[type=password], input[type=text], select { display: block; width: 100%; margin: 0 0 1rem; padding: .6rem .7rem;
-  font: inherit; color: inherit; background: transparent; border: 1px solid var(--line); border-radius: 8px; }
-input:focus-visible, button:focus-visible, a:focus-visible { outline: 3px solid var(--accent); outline-offset: 2px; }
-input.code { font-size: 1.5rem; letter-spacing: .4em; text-align: center; font-variant-numeric: tabular-nums; }
-button { width: 100%; padding: .65rem 1rem; font: inherit; font-weight: 600; color: var(--accent-fg); background: var(--accent);
-  border: 0; border-radius: 8px; cursor: pointer; }
-button.secondary { color: var(--fg); background: transparent; border: 1px solid var(--line); }
-a { color: var(--accent); }
-.alert { padding: .7rem .9rem; border-radius: 8px; background: var(--err-bg); color: var(--err-fg); }
-.ok { padding: .7rem .9rem; border-radius: 8px; background: var(--ok-bg); color: var(--ok-fg); }
-.muted { color: var(--muted); font-size: .92rem; }
-code, .secret { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: .88rem; word-break: break-all; }
-.secret { display: block; padding: .6rem .7rem; margin: 0 0 1rem; border: 1px dashed var(--line); border-radius: 8px; user-select: all; }
-hr { border: 0; border-top: 1px solid var(--line); margin: 1.5rem 0; }
-`;
-
-/** The page layout: one centred card, no scripts, inline styles only (the CSP allows nothing else). */
+/**
+ * The page layout of the pages one meets before the app (sign-in, sign-up, TOTP, invite, OAuth
+ * consent, their notices): the app's top bar with its brand and one centred card, styled by the
+ * app's stylesheet (`.gate` in /assets/app.css). No script; the CSP allows none.
+ */
 export function layout(title: string, body: SafeHtml): SafeHtml {
   return html`<!doctype html>
 <html lang="en">
@@ -103,12 +77,15 @@ export function layout(title: string, body: SafeHtml): SafeHtml {
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="referrer" content="no-referrer">
 <title>${title} · Context Vault</title>
-<style>${new SafeHtml(STYLE)}</style>
+<link rel="stylesheet" href="/assets/app.css">
 </head>
 <body>
-<main>
-<p class="brand">Context Vault</p>
+<a class="skip" href="#main">Skip to content</a>
+<header class="topbar"><nav class="nav" aria-label="Main"><a class="brand" href="/app">Context Vault</a></nav></header>
+<main id="main" class="gate">
+<div class="gate-card">
 ${body}
+</div>
 </main>
 </body>
 </html>

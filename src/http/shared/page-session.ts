@@ -2,7 +2,7 @@ import type { FastifyRequest } from 'fastify';
 import { authenticate } from '../../auth/resolve.js';
 import { CSRF_COOKIE, SESSION_COOKIE } from '../../auth/sessions.js';
 import type { CoreContext } from '../../core/context.js';
-import { isServiceError, unauthorized, type ServiceError } from '../../core/errors.js';
+import { forbidden, isServiceError, unauthorized, type ServiceError } from '../../core/errors.js';
 import type { Principal } from '../../policy/principal.js';
 
 /**
@@ -22,8 +22,35 @@ export interface PageSessionOptions {
 
 export type PageSession = { ok: true; p: Principal } | { ok: false; error: ServiceError };
 
+function headerValue(v: string | string[] | undefined): string | undefined {
+  return Array.isArray(v) ? v[0] : v;
+}
+
+/**
+ * A form posted from another site (defence in depth behind the token and SameSite=Lax): the
+ * browser says so in Sec-Fetch-Site, or in Origin when it names a real origin other than this
+ * one. Origin "null" proves nothing (a form of this site sends it under Referrer-Policy:
+ * no-referrer), so the token decides then. Only unsafe methods: a link from elsewhere still opens a page.
+ */
+function fromAnotherSite(ctx: CoreContext, req: FastifyRequest): boolean {
+  if (req.method === 'GET' || req.method === 'HEAD') return false;
+  const site = headerValue(req.headers['sec-fetch-site']);
+  if (site === 'cross-site' || site === 'same-site') return true;
+  const origin = headerValue(req.headers.origin);
+  if (!origin || origin === 'null') return false;
+  try {
+    const host = new URL(origin).host;
+    return host !== req.host.toLowerCase() && host !== new URL(ctx.config.publicUrl).host;
+  } catch {
+    return true;
+  }
+}
+
 export async function resolvePageSession(ctx: CoreContext, req: FastifyRequest, o: PageSessionOptions): Promise<PageSession> {
   if (!req.cookies[SESSION_COOKIE]) return { ok: false, error: unauthorized() };
+  if (o.unsafe && fromAnotherSite(ctx, req)) {
+    return { ok: false, error: forbidden('This form was sent from another site; go back to this site and send it again', 'csrf_failed') };
+  }
   try {
     const p = await authenticate(ctx, {
       // Only the session cookie counts here: HTML forms never carry agent keys.

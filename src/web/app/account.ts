@@ -1,29 +1,40 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import QRCode from 'qrcode';
 import { CSRF_COOKIE, listSessions, revokeOwnSession, SESSION_COOKIE, type SessionRecord } from '../../auth/sessions.js';
+import { listConnections, revokeConnection, type Connection } from '../../auth/oauth/tokens.js';
 import { isServiceError, notFound } from '../../core/errors.js';
 import { describeCaller } from '../../core/identity.js';
+import { createWorkspaceFor, listWorkspaces, type WorkspaceView } from '../../core/workspaces.js';
 import { enrollTotp } from '../../core/second-factor.js';
 import { GIT_TOKEN_MAX_DAYS, listGitTokens, mintGitToken, revokeGitToken, type GitTokenListing } from '../../core/security.js';
 import { html, SafeHtml } from '../../http/shared/html.js';
 import type { Principal } from '../../policy/principal.js';
 import { sendAppPage, when } from './layout.js';
 import type { AppKit } from './routes.js';
+import { setWorkspaceCookie } from './workspaces.js';
 
 /**
  * The web app's own-security screen (issue 17), /app/account: the person's sessions (the
  * current one marked; revoke another), git tokens (mint after a step-up, shown once with a clone
  * command line; revoke) and TOTP enrolment (a QR code of the core's otpauth URI, rendered as SVG
- * on the server, the key as text, and a code to turn it on). Each calls the function behind the
- * REST route: listSessions / revokeOwnSession (/api/auth/sessions), listGitTokens /
- * mintGitToken / revokeGitToken (/api/v1/me/git-tokens), enrollTotp (/api/auth/totp/enroll).
+ * on the server, the key as text, and a code to turn it on), the applications connected over
+ * OAuth in this workspace (disconnect), and the person's workspaces (open one, create one). Each
+ * calls the function behind the REST route: listSessions / revokeOwnSession (/api/auth/sessions),
+ * listGitTokens / mintGitToken / revokeGitToken (/api/v1/me/git-tokens), enrollTotp
+ * (/api/auth/totp/enroll), listConnections / revokeConnection (/api/v1/me/oauth-clients),
+ * listWorkspaces / createWorkspaceFor (/api/v1/workspaces).
  */
 
 const NOTICES: Record<string, string> = {
   session_revoked: 'Session ended: that browser is signed out.',
   token_revoked: 'Git token revoked: it stops working at once.',
   totp_on: 'Two-step verification is on. Sign-ins now ask for a code from your authenticator app.',
+  client_revoked: 'Application disconnected: its tokens stop working at once.',
+  workspace_created: 'Workspace created; the app now shows it. The workspace menu in the navigation switches back.',
 };
+
+/** As the REST route's workspace name (src/http/routes/workspaces.ts): 1 to 100 characters, no control characters. */
+const WORKSPACE_NAME_RE = /^[^\u0000-\u001f\u007f]{1,100}$/;
 
 function field(body: unknown, name: string): string | undefined {
   const v = body && typeof body === 'object' ? (body as Record<string, unknown>)[name] : undefined;
@@ -143,6 +154,76 @@ ${
 </section>`;
 }
 
+function connectionsPart(connections: Connection[], csrf: string): SafeHtml {
+  return html`<section aria-labelledby="oauth-h">
+<h2 id="oauth-h">Connected applications</h2>
+<p class="muted">Applications (MCP clients) you allowed, over OAuth, to act as you in this workspace. Disconnecting one stops every token it holds at once.</p>
+${
+  connections.length
+    ? html`<div class="table-wrap" tabindex="0" role="region" aria-label="Your connected applications">
+<table class="connections">
+<thead><tr><th scope="col">Application</th><th scope="col">From</th><th scope="col">Endpoint</th><th scope="col">Connected</th><th scope="col">Last used</th><th scope="col"><span class="visually-hidden">Actions</span></th></tr></thead>
+<tbody>
+${connections.map(
+  (c) => html`<tr>
+<td><strong>${c.client_name}</strong></td>
+<td>${c.client_from ? html`<span class="mono">${c.client_from}</span>` : html`<span class="muted">returns to</span> <span class="mono">${c.redirect_hosts.join(', ')}</span>`}</td>
+<td class="mono">${c.resource}</td>
+<td>${when(c.created_at)}</td>
+<td>${c.last_used_at ? when(c.last_used_at) : html`<span class="muted">never</span>`}</td>
+<td><form method="post" action="/app/account/oauth-clients/${encodeURIComponent(c.id)}/revoke">
+<input type="hidden" name="csrf" value="${csrf}">
+<button type="submit" class="danger">Disconnect<span class="visually-hidden"> ${c.client_name}</span></button>
+</form></td>
+</tr>`,
+)}
+</tbody>
+</table>
+</div>`
+    : html`<p class="muted">No application is connected to this workspace.</p>`
+}
+</section>`;
+}
+
+function workspacesPart(list: WorkspaceView[], csrf: string, form: { error: string; name: string } | null): SafeHtml {
+  return html`<section aria-labelledby="ws-h">
+<h2 id="ws-h">Workspaces</h2>
+<p class="muted">The workspaces you belong to. The app shows one at a time; the REST API and MCP use the workspace your client names.</p>
+<div class="table-wrap" tabindex="0" role="region" aria-label="Your workspaces">
+<table class="workspaces">
+<thead><tr><th scope="col">Workspace</th><th scope="col">Your role</th><th scope="col"><span class="visually-hidden">Actions</span></th></tr></thead>
+<tbody>
+${list.map(
+  (w) => html`<tr${w.current ? html` class="current"` : ''}>
+<td>${w.name} <span class="muted mono">${w.slug}</span></td>
+<td>${w.role ?? ''}</td>
+<td>${
+    w.current
+      ? html`<span class="badge badge-current">shown now</span>`
+      : html`<form method="post" action="/app/workspace">
+<input type="hidden" name="csrf" value="${csrf}">
+<input type="hidden" name="workspace" value="${w.id}">
+<button type="submit" class="secondary">Open<span class="visually-hidden"> ${w.name}</span></button>
+</form>`
+  }</td>
+</tr>`,
+)}
+</tbody>
+</table>
+</div>
+<div class="admin-form ws-new">
+<h3 id="ws-new">Create a workspace</h3>
+${form ? html`<p class="alert" role="alert" id="ws-error">${form.error}</p>` : ''}
+<form method="post" action="/app/account/workspaces" class="stack" aria-labelledby="ws-new">
+<input type="hidden" name="csrf" value="${csrf}">
+<label for="ws-name">Name</label>
+<input id="ws-name" name="name" type="text" maxlength="100" required value="${form?.name ?? ''}"${form ? html` aria-describedby="ws-error"` : ''}>
+<div class="buttons"><button type="submit">Create workspace</button></div>
+</form>
+</div>
+</section>`;
+}
+
 export async function accountRoutes(app: FastifyInstance, kit: AppKit): Promise<void> {
   const { ctx } = kit;
 
@@ -150,8 +231,21 @@ export async function accountRoutes(app: FastifyInstance, kit: AppKit): Promise<
     return sendAppPage(reply, status, await kit.viewerOf(p, req), { title, body, current: 'account' });
   }
 
-  async function accountPage(req: FastifyRequest, reply: FastifyReply, p: Principal, status: number, gitError: string | null) {
-    const [sessions, tokens, me] = await Promise.all([listSessions(ctx, p.id, p.sessionId), listGitTokens(ctx, p), describeCaller(ctx, p, { account: true })]);
+  async function accountPage(
+    req: FastifyRequest,
+    reply: FastifyReply,
+    p: Principal,
+    status: number,
+    gitError: string | null,
+    wsForm: { error: string; name: string } | null = null,
+  ) {
+    const [sessions, tokens, me, connections, workspaces] = await Promise.all([
+      listSessions(ctx, p.id, p.sessionId),
+      listGitTokens(ctx, p),
+      describeCaller(ctx, p, { account: true }),
+      listConnections(ctx, p),
+      listWorkspaces(ctx, p),
+    ]);
     const csrf = (await kit.viewerOf(p, req)).csrf;
     const n = field(req.query, 'notice');
     const note = n && NOTICES[n] ? html`<p class="notice notice-ok" role="status">${NOTICES[n]}</p>` : '';
@@ -164,7 +258,9 @@ ${note}
 </dl>
 ${totpPart(me.account?.totp ?? false, csrf)}
 ${sessionsPart(sessions, csrf)}
-${gitPart(tokens, csrf, gitError)}`;
+${gitPart(tokens, csrf, gitError)}
+${connectionsPart(connections, csrf)}
+${workspacesPart(workspaces, csrf, wsForm)}`;
     return send(reply, req, p, status, 'Account', body);
   }
 
@@ -221,6 +317,27 @@ ${gitPart(tokens, csrf, gitError)}`;
 <button type="button" class="secondary copy" data-copy="clone" hidden>Copy command</button>
 <p><a href="/app/account">Back to your account</a></p>`,
     );
+  });
+
+  /** Disconnect an application: as DELETE /api/v1/me/oauth-clients/:id (the person's own, in this workspace). */
+  app.post('/account/oauth-clients/:id/revoke', kit.opts, async (req, reply) => {
+    const p = await kit.formPrincipal(req);
+    await revokeConnection(ctx, p, (req.params as { id: string }).id);
+    return reply.code(303).header('location', '/app/account?notice=client_revoked').send();
+  });
+
+  /** Create a workspace (as POST /api/v1/workspaces); the app then shows it. */
+  app.post('/account/workspaces', kit.opts, async (req, reply) => {
+    const p = await kit.formPrincipal(req);
+    const raw = field(req.body, 'name') ?? '';
+    const name = raw.trim();
+    if (!WORKSPACE_NAME_RE.test(name)) {
+      const error = name ? 'A workspace name is at most 100 characters, without control characters.' : 'Give the workspace a name.';
+      return accountPage(req, reply, p, 400, null, { error, name: raw.slice(0, 100) });
+    }
+    const ws = await createWorkspaceFor(ctx, p, name);
+    setWorkspaceCookie(ctx, reply, ws.id);
+    return reply.code(303).header('location', '/app/account?notice=workspace_created').send();
   });
 
   app.post('/account/git-tokens/:id/revoke', kit.opts, async (req, reply) => {

@@ -8,11 +8,14 @@ import { BODY_PATH_MAX_CHARS, CommitMessage, Sha } from '../../core/pages/input.
 import { readPage } from '../../core/pages/read.js';
 import type { PageRecord } from '../../core/pages/record.js';
 import { archivePage, createOrProposePage, deletePage, movePage, restorePage, updateOrProposePage, type PublicOutcome } from '../../core/pages/write.js';
+import { PROPOSAL_REASON_MAX_CHARS, ProposalReason } from '../../core/proposals/input.js';
 import type { ProposalRecord } from '../../core/proposals/record.js';
+import { createProposal } from '../../core/proposals/service.js';
 import { listSpaces } from '../../core/spaces.js';
 import { html, type SafeHtml } from '../../http/shared/html.js';
 import { hasActionWithin } from '../../policy/access.js';
 import { decideWrite, type PageFacts } from '../../policy/pages.js';
+import { decidePropose } from '../../policy/proposals.js';
 import type { Principal } from '../../policy/principal.js';
 import { sendAppPage, when } from './layout.js';
 import { linkKey, pageUrl, renderMarkdown } from './markdown.js';
@@ -27,8 +30,15 @@ import type { AppKit } from './routes.js';
  * checks. A step-up gate (403 step_up_required) sends the person to /app/stepup and back to the
  * action, which they confirm again.
  *
- * Showing a control is asked of policy (decideWrite, hasActionWithin) only to spare a person a
- * button that cannot work; the decision that counts is the core's when the form is posted.
+ * A person who may not write a page but may propose there (a viewer: ROLE_ACTIONS gives them
+ * `propose`) gets "Propose an edit" (the editor, whose text goes to createProposal, as
+ * POST /api/v1/proposals) and "Propose archiving" (the same archive form and archivePage as an
+ * editor's: the core turns an archive without write into a proposal, as
+ * POST /api/v1/nodes/:id/archive does).
+ *
+ * Showing a control is asked of policy (decideWrite, decidePropose, hasActionWithin) only to
+ * spare a person a button that cannot work; the decision that counts is the core's when the form
+ * is posted.
  */
 
 /**
@@ -91,6 +101,14 @@ export function mayEdit(p: Principal, page: PageRecord): boolean {
   return decideWrite(p, facts(page), facts(page)).kind === 'allow' && !page.redacted;
 }
 
+/**
+ * Whether to offer proposing instead: a person who may not write the page but whose propose
+ * grant covers it, reading it whole (a proposal made over hidden parts could not be judged).
+ */
+export function mayPropose(p: Principal, page: PageRecord): boolean {
+  return p.kind === 'human' && !page.redacted && !mayEdit(p, page) && decidePropose(p, facts(page)).kind === 'allow';
+}
+
 /** The "New page" link of the Spaces and a Space's tree, for whoever may write there. */
 export function newPageLink(p: Principal, space?: string): SafeHtml {
   if (!hasActionWithin(p, 'write', space ?? '*')) return html``;
@@ -105,7 +123,20 @@ export function newPageLink(p: Principal, space?: string): SafeHtml {
 export function pageControls(p: Principal, page: PageRecord, csrf: string, query: unknown): SafeHtml {
   const n = field(query, 'notice');
   const notice = n && Object.hasOwn(NOTICES, n) ? html`<p class="notice notice-ok" role="status">${NOTICES[n as Notice]}</p>` : '';
-  if (!mayEdit(p, page)) return html`${notice}`;
+  if (!mayEdit(p, page)) {
+    if (!mayPropose(p, page)) return html`${notice}`;
+    return html`${notice}<div class="page-tools">
+<a class="button" href="${editUrl(page.path)}">Propose an edit</a>
+${
+  page.state !== 'archived'
+    ? html`<details class="page-actions">
+<summary>Propose archiving</summary>
+<div class="actions">${proposeArchiveForm(page, csrf, '')}</div>
+</details>`
+    : ''
+}
+</div>`;
+  }
   return html`${notice}<div class="page-tools">
 <a class="button" href="${editUrl(page.path)}">Edit</a>
 <details class="page-actions">
@@ -194,6 +225,8 @@ interface EditForm {
   content: string;
   base: string;
   message: string;
+  /** The person may not write the page, only propose: the form proposes (with a reason) instead of saving. */
+  propose: boolean;
   error: string | null;
   preview: SafeHtml | null;
 }
@@ -204,6 +237,7 @@ function crumbs(path: string, last: string): SafeHtml {
 }
 
 function editBody(v: EditForm, csrf: string): SafeHtml {
+  if (v.propose) return proposeEditBody(v, csrf);
   const { page } = v;
   return html`${crumbs(page.path, 'Edit')}
 <h1>Edit <span class="title-ref">${page.title}</span></h1>
@@ -223,6 +257,45 @@ ${sourceField(v.content, page.redacted ? 'redacted-note' : null)}
 <button type="submit" name="action" value="preview" class="secondary">Preview</button>
 <a href="${pageUrl(page.path)}">Cancel</a>
 </div>
+</form>`;
+}
+
+/** The editor of a person who may only propose: their text becomes a proposal with their reason (createProposal). */
+function proposeEditBody(v: EditForm, csrf: string): SafeHtml {
+  const { page } = v;
+  return html`${crumbs(page.path, 'Propose an edit')}
+<h1>Propose an edit: <span class="title-ref">${page.title}</span></h1>
+<p class="notice" role="note">You may read this page but not change it yourself. What you write here becomes a proposal: an editor or owner sees the difference and accepts or rejects it.</p>
+${errorAlert(v.error)}
+${previewSection(v.preview)}
+<form class="editor" method="post" action="${editUrl(page.path)}">
+<input type="hidden" name="csrf" value="${csrf}">
+<input type="hidden" name="id" value="${page.id}">
+<input type="hidden" name="base_sha" value="${v.base}">
+<p class="muted small">Proposing changes to the version of commit <span class="mono">${v.base.slice(0, 10)}</span>. If the page changes meanwhile, accepting merges your changes into it.</p>
+${sourceField(v.content, null)}
+<label for="message">Why (shown to the reviewer)</label>
+<textarea id="message" name="message" rows="3" maxlength="${PROPOSAL_REASON_MAX_CHARS}">${v.message}</textarea>
+<div class="buttons">
+<button type="submit" name="action" value="propose">Propose</button>
+<button type="submit" name="action" value="preview" class="secondary">Preview</button>
+<a href="${pageUrl(page.path)}">Cancel</a>
+</div>
+</form>`;
+}
+
+/** A proposer's archive form: the same action as an editor's, which the core makes a proposal; `why` becomes its reason. */
+function proposeArchiveForm(page: PageRecord, csrf: string, why: string): SafeHtml {
+  return html`<form class="action" method="post" action="${actionsUrl(page.path)}">
+<input type="hidden" name="csrf" value="${csrf}"><input type="hidden" name="id" value="${page.id}"><input type="hidden" name="do" value="archive">
+<p class="help">An editor or owner decides; the page stays as it is until then.</p>
+<label for="reason">Kind of reason</label>
+<select id="reason" name="reason">
+${ARCHIVE_REASONS.map((r) => html`<option value="${r}"${r === 'manual' ? html` selected` : ''}>${r}</option>`)}
+</select>
+<label for="archive-why">Why (shown to the reviewer)</label>
+<textarea id="archive-why" name="message" rows="3" maxlength="${PROPOSAL_REASON_MAX_CHARS}" required>${why}</textarea>
+<button type="submit">Propose archiving</button>
 </form>`;
 }
 
@@ -265,6 +338,15 @@ ${hidden}<input type="hidden" name="do" value="delete">
 <button type="submit" class="danger"${auto('delete')}>Delete page</button>
 </form>
 </div>`;
+}
+
+/** A proposer's archive form again, with what went wrong (the person may not see the editor's actions). */
+function proposeActionsBody(page: PageRecord, csrf: string, error: string, why: string): SafeHtml {
+  return html`${crumbs(page.path, 'Propose archiving')}
+<h1>Propose archiving: <span class="title-ref">${page.title}</span></h1>
+${errorAlert(error)}
+<div class="actions">${proposeArchiveForm(page, csrf, why)}</div>
+<p><a href="${pageUrl(page.path)}">Back to the page</a></p>`;
 }
 
 function actionsBody(page: PageRecord, csrf: string, error: string | null, confirm: string | null, moveTo?: string): SafeHtml {
@@ -402,9 +484,10 @@ export async function editRoutes(app: FastifyInstance, kit: AppKit): Promise<voi
     const path = pathParam(req);
     if (!path) return kit.notFoundPage(req, reply, 'Which page? The address names none.');
     const page = await readPage(ctx, p, path);
-    if (decideWrite(p, facts(page), facts(page)).kind !== 'allow') return refuse(reply, req, p, 'Your role lets you read this page but not edit it.');
-    const form: EditForm = { page, content: page.content, base: page.commit_sha, message: '', error: null, preview: null };
-    return send(reply, req, p, 200, `Edit ${page.title}`, editBody(form, csrfOf(req)));
+    const propose = decideWrite(p, facts(page), facts(page)).kind !== 'allow';
+    if (propose && !mayPropose(p, page)) return refuse(reply, req, p, 'Your role lets you read this page but not edit it.');
+    const form: EditForm = { page, content: page.content, base: page.commit_sha, message: '', propose, error: null, preview: null };
+    return send(reply, req, p, 200, `${propose ? 'Propose an edit:' : 'Edit'} ${page.title}`, editBody(form, csrfOf(req)));
   });
 
   app.post('/e/*', formOpts, async (req, reply) => {
@@ -417,8 +500,10 @@ export async function editRoutes(app: FastifyInstance, kit: AppKit): Promise<voi
     const base = Sha.safeParse(field(req.body, 'base_sha'));
     // The page as it is now (404 when it is gone or hidden): the form's frame, and the preview's links.
     const page = await readPage(ctx, p, ref);
-    const form: EditForm = { page, content, base: base.success ? base.data : page.commit_sha, message: rawMessage, error: null, preview: null };
-    const show = (status: number) => send(reply, req, p, status, `Edit ${page.title}`, editBody(form, csrf));
+    // Who may not write the page gets the proposing form back (the core decides what a post does).
+    const propose = decideWrite(p, facts(page), facts(page)).kind !== 'allow';
+    const form: EditForm = { page, content, base: base.success ? base.data : page.commit_sha, message: rawMessage, propose, error: null, preview: null };
+    const show = (status: number) => send(reply, req, p, status, `${propose ? 'Propose an edit:' : 'Edit'} ${page.title}`, editBody(form, csrf));
 
     if (field(req.body, 'action') === 'preview') {
       const targets = await readableLinkTargets(ctx, p, page);
@@ -427,6 +512,23 @@ export async function editRoutes(app: FastifyInstance, kit: AppKit): Promise<voi
       form.preview = r.html;
       form.error = r.error;
       return show(r.error ? 400 : 200);
+    }
+    if (field(req.body, 'action') === 'propose') {
+      const reason = ProposalReason.safeParse(rawMessage.trim());
+      if (!reason.success || !base.success) {
+        form.error = reason.success ? invalid('The base version') : `The reason is up to ${PROPOSAL_REASON_MAX_CHARS} characters.`;
+        return show(400);
+      }
+      try {
+        // As POST /api/v1/proposals: an edit of this page from the version the person read.
+        const proposal = await createProposal(ctx, p, { node_id: page.id, content, reason: reason.data, base_sha: base.data });
+        return await send(reply, req, p, 202, 'Proposed', proposedBody('Your edit became a proposal', proposal));
+      } catch (err) {
+        const e = formError(err);
+        if (!e) throw err;
+        form.error = e.message;
+        return show(e.status);
+      }
     }
     const message = Message.safeParse(rawMessage);
     if (!message.success || !base.success) {
@@ -474,8 +576,11 @@ export async function editRoutes(app: FastifyInstance, kit: AppKit): Promise<voi
     const action = field(req.body, 'do') ?? '';
     const to = (field(req.body, 'to') ?? '').trim().replace(/^\/+/, '');
     const page = await readPage(ctx, p, ref);
+    const why = field(req.body, 'message') ?? '';
     const show = (status: number, error: string) =>
-      send(reply, req, p, status, `Actions: ${page.title}`, actionsBody(page, csrf, error, null, to || undefined));
+      mayEdit(p, page)
+        ? send(reply, req, p, status, `Actions: ${page.title}`, actionsBody(page, csrf, error, null, to || undefined))
+        : send(reply, req, p, status, `Propose archiving: ${page.title}`, proposeActionsBody(page, csrf, error, why));
     const done = (o: PublicOutcome, notice: Notice, what: string) => {
       if (o.proposal) return send(reply, req, p, 202, 'Proposed', proposedBody(`Your ${what} became a proposal`, o.proposal));
       return reply
@@ -491,7 +596,10 @@ export async function editRoutes(app: FastifyInstance, kit: AppKit): Promise<voi
       if (action === 'archive') {
         const reason = field(req.body, 'reason') ?? 'manual';
         if (!ARCHIVE_REASONS.includes(reason as ArchiveReason)) return await show(400, `The reason is one of ${ARCHIVE_REASONS.join(', ')}.`);
-        return await done(await archivePage(ctx, p, page.id, reason as ArchiveReason), 'archived', 'archive');
+        // The "why" of a proposer's form: the proposal's reason (or the commit message of an archive done at once).
+        const message = Message.safeParse(why);
+        if (!message.success) return await show(400, invalid('The reason'));
+        return await done(await archivePage(ctx, p, page.id, reason as ArchiveReason, message.data), 'archived', 'archive');
       }
       if (action === 'restore') return await done(await restorePage(ctx, p, page.id, undefined, { allowPropose: true }), 'restored', 'restore');
       if (action === 'delete') {

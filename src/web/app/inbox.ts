@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { CSRF_COOKIE } from '../../auth/sessions.js';
 import { ackInbox, INBOX_MAX_LIMIT, listInbox, type InboxEvent, type InboxStateFilter } from '../../core/inbox.js';
+import { UNREAD_COUNT_CAP } from '../../core/inbox-count.js';
 import { AckUpTo, inboxAfter } from '../../core/inbox-input.js';
 import { html, setAppPageHeaders, type SafeHtml } from '../../http/shared/html.js';
 import type { Principal } from '../../policy/principal.js';
@@ -16,6 +17,8 @@ import { threadUrl } from './threads.js';
  *   GET  /app/inbox                 unread events first (newest on top), then the ones seen elsewhere (read, not yet done)
  *   GET  /app/inbox?show=done       the latest cleared (done) events
  *   GET  /app/inbox/items?after=n   the unread events after seq n as list items (what /assets/inbox.js inserts)
+ *   GET  /app/inbox/count           JSON {count, capped, after}: the navigation's "Inbox (n)" and the seq to
+ *                                   long-poll after (what /assets/inbox-count.js reads on every other page)
  *   POST /app/inbox/ack             csrf and `seq` (one event) or `up_to` (every event up to it): they become done
  * The same core functions as GET /api/v1/inbox and POST /api/v1/inbox/ack (listInbox, which
  * leaves out events about pages and proposals the person can no longer see, and ackInbox).
@@ -286,6 +289,20 @@ ${more ? html`<p class="muted">The latest 100 are listed.</p>` : ''}
       .type('text/html; charset=utf-8')
       .header('cache-control', 'no-store')
       .send(html`${newestFirst(events).map((e) => eventItem(e, req.cookies[CSRF_COOKIE] ?? ''))}`.value);
+  });
+
+  /**
+   * The unread count as the navigation shows it (at most UNREAD_COUNT_CAP, `capped` past it) and
+   * the highest seq looked at, from which /assets/inbox-count.js long-polls GET /api/v1/inbox.
+   */
+  app.get('/inbox/count', kit.opts, async (req, reply) => {
+    const p = req.principal!;
+    const { events, last, more } = await collect(kit, p, 'unread', 0, UNREAD_COUNT_CAP);
+    return reply
+      .code(200)
+      .header('cache-control', 'no-store')
+      .type('application/json; charset=utf-8')
+      .send({ count: events.length, capped: more, after: last });
   });
 
   app.post('/inbox/ack', kit.opts, async (req, reply) => {

@@ -15,6 +15,8 @@ export interface Viewer {
   inbox?: number;
   /** More unread events than were counted: shown as "n+". */
   inboxCapped?: boolean;
+  /** The workspace switcher (workspaces.ts): empty for a person in one workspace. */
+  switcher?: SafeHtml;
 }
 
 export interface AppPage {
@@ -23,7 +25,7 @@ export interface AppPage {
   /** The search box's current text (the search page keeps the query in it). */
   query?: string | undefined;
   /** Which navigation entry is the current page. */
-  current?: 'spaces' | 'search' | 'review' | 'inbox' | 'agents' | 'members' | 'account' | undefined;
+  current?: 'spaces' | 'search' | 'review' | 'inbox' | 'agents' | 'members' | 'account' | 'operations' | undefined;
 }
 
 /**
@@ -45,8 +47,13 @@ ${v.inbox !== undefined ? html`<a class="navlink" href="/app/inbox"${page.curren
 </form>
 ${v.role ? html`<a class="navlink" href="/app/agents"${page.current === 'agents' ? html` aria-current="page"` : ''}>Agents</a>` : ''}
 ${v.role ? html`<a class="navlink" href="/app/members"${page.current === 'members' ? html` aria-current="page"` : ''}>Members</a>` : ''}
+${v.role === 'owner' ? html`<a class="navlink" href="/app/admin"${page.current === 'operations' ? html` aria-current="page"` : ''}>Admin</a>` : ''}
 <a class="navlink" href="/app/account"${page.current === 'account' ? html` aria-current="page"` : ''}>Account</a>
-<span class="who" title="Workspace ${v.workspace}${v.role ? ` · ${v.role}` : ''}"><span class="who-name">${v.name}</span> <span class="who-ws">· workspace ${v.workspace}</span></span>
+<span class="who" title="Workspace ${v.workspace}${v.role ? ` · ${v.role}` : ''}"><span class="who-name">${v.name}</span>${
+        // With a switcher its select names the workspace; the text would say it twice.
+        v.switcher?.value ? '' : html` <span class="who-ws">· workspace ${v.workspace}</span>`
+      }</span>
+${v.switcher ?? ''}
 <form class="signout" method="post" action="/app/logout">
 <input type="hidden" name="csrf" value="${v.csrf}">
 <button type="submit" class="linkish">Sign out</button>
@@ -64,6 +71,7 @@ ${v.role ? html`<a class="navlink" href="/app/members"${page.current === 'member
 <link rel="stylesheet" href="/assets/app.css">
 <script type="module" src="/assets/app.js"></script>
 <script type="module" src="/assets/copy.js"></script>
+<script type="module" src="/assets/inbox-count.js"></script>
 </head>
 <body>
 <a class="skip" href="#main">Skip to content</a>

@@ -2,6 +2,7 @@ import MarkdownIt, { type StateInline, type Token } from 'markdown-it';
 import { colonFencePlugin, FENCE_TOKEN, REDACTED, type FenceMeta } from '../../markdown/index.js';
 import { isLevel } from '../../policy/sensitivity.js';
 import { SafeHtml } from '../../http/shared/html.js';
+import { highlightCode } from './highlight.js';
 
 /**
  * Page markdown as HTML for the web app. markdown-it with `html: false`: raw HTML in a page is
@@ -13,7 +14,9 @@ import { SafeHtml } from '../../http/shared/html.js';
  *  - external links get rel="noopener noreferrer";
  *  - `::: <level>` … `:::` blocks the reader may see are framed and labelled with their level,
  *    and the `[redacted]` lines the core put in place of the others are marked as such;
- *  - a code block keeps its language as `class="language-x"` (no highlighter yet);
+ *  - a fenced code block in a language highlight.ts knows is highlighted here, on the server
+ *    (escaped text in `hljs-…` spans, coloured by app.css); any other stays plain escaped text;
+ *    either keeps its language as `class="language-x"`;
  *  - headings get ids, so `#anchors` work; a first `# Title` equal to the page title is dropped
  *    (the page shows the title already).
  */
@@ -254,7 +257,8 @@ function rewrite(state: { tokens: Token[]; env: RenderEnv; Token: typeof Token }
   }
 }
 
-const md = new MarkdownIt('default', { html: false, linkify: true, typographer: false });
+// `highlight` answering '' leaves markdown-it to escape the block itself (an unknown language).
+const md = new MarkdownIt('default', { html: false, linkify: true, typographer: false, highlight: (code, lang) => highlightCode(code, lang) ?? '' });
 colonFencePlugin(md);
 md.core.ruler.after('block', 'containers', (state) => pairContainers(state as unknown as Parameters<typeof pairContainers>[0]));
 md.inline.ruler.before('link', 'wikilink', wikiLink);
@@ -266,6 +270,9 @@ md.renderer.rules.container_open = (tokens, idx, options, _env, self) => {
   return `<div${self.renderAttrs(t)}>${label ? `<p class="sblock-label">${md.utils.escapeHtml(label)} block</p>` : ''}\n`;
 };
 md.renderer.rules.container_close = () => '</div>\n';
+// A code block wider than the screen scrolls sideways: focusable, so the keyboard can scroll it too.
+const fence = md.renderer.rules.fence!;
+md.renderer.rules.fence = (...args) => fence(...args).replace(/^<pre>/, '<pre tabindex="0">');
 md.renderer.rules.missing_open = (tokens, idx, _o, _e, self) => `<span${self.renderAttrs(tokens[idx]!)}>`;
 md.renderer.rules.missing_close = () => '</span>';
 md.renderer.rules.redacted = () => '<span class="redacted" title="Hidden: above your access level">[redacted]</span>';

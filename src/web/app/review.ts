@@ -16,7 +16,7 @@ import type { AppKit } from './routes.js';
 
 /**
  * Review (issue 17): the proposal queue and one proposal, under /app.
- *   GET  /app/proposals?status=open|accepted|rejected|superseded|all   the proposals the person sees
+ *   GET  /app/proposals?status=open|accepted|rejected|superseded|all[&cursor=]   the proposals the person sees, LIST_LIMIT a page
  *   GET  /app/proposals/:id?view=inline|split                           one, as a diff, with Accept / Reject
  *   POST /app/proposals/:id/accept   (csrf, optional content: accept after editing)
  *   POST /app/proposals/:id/reject   (csrf, reason)
@@ -28,7 +28,11 @@ import type { AppKit } from './routes.js';
  */
 
 const STATUS_FILTERS = [...PROPOSAL_STATUSES, 'all'] as const;
-const ListQuery = z.object({ status: z.enum(STATUS_FILTERS).catch('open').default('open') });
+const ListQuery = z.object({
+  status: z.enum(STATUS_FILTERS).catch('open').default('open'),
+  // The core's next_cursor, handed back as given (GET /api/v1/proposals?cursor= takes the same).
+  cursor: z.string().min(1).max(200).optional(),
+});
 const ViewQuery = z.object({ view: z.enum(DIFF_VIEWS).catch('inline').default('inline') });
 const AcceptForm = z.object({ content: z.string().optional() });
 const RejectForm = z.object({ reason: z.string().trim().min(1).max(PROPOSAL_REASON_MAX_CHARS) });
@@ -60,9 +64,24 @@ function statusBadge(status: string): SafeHtml {
   return html`<span class="badge badge-status badge-status-${status}">${status}</span>`;
 }
 
-function listBody(status: (typeof STATUS_FILTERS)[number], list: ProposalRecord[], names: Names, more: boolean, canDecide: boolean): SafeHtml {
+/** The list's address for a status filter, optionally from a cursor on. */
+function listUrl(status: (typeof STATUS_FILTERS)[number], cursor?: string): string {
+  const q = new URLSearchParams();
+  if (status !== 'open') q.set('status', status);
+  if (cursor) q.set('cursor', cursor);
+  const qs = q.toString();
+  return `/app/proposals${qs ? `?${qs}` : ''}`;
+}
+
+function listBody(
+  status: (typeof STATUS_FILTERS)[number],
+  list: ProposalRecord[],
+  names: Names,
+  paging: { next: string | null; paged: boolean },
+  canDecide: boolean,
+): SafeHtml {
   const tabs = html`<nav class="tabs" aria-label="Proposal status">${STATUS_FILTERS.map(
-    (s) => html`<a href="/app/proposals${s === 'open' ? '' : `?status=${s}`}"${s === status ? html` aria-current="page"` : ''}>${s}</a>`,
+    (s) => html`<a href="${listUrl(s)}"${s === status ? html` aria-current="page"` : ''}>${s}</a>`,
   )}</nav>`;
   const items = list.map(
     (r) => html`<li class="proposal-item">
@@ -79,7 +98,13 @@ ${
     ? html`<p class="empty">${status === 'open' ? 'Nothing to review: no open proposals.' : `No ${status === 'all' ? '' : `${status} `}proposals.`}</p>`
     : html`<ul class="proposals">${items}</ul>`
 }
-${more ? html`<p class="muted">Only the newest ${LIST_LIMIT} are listed.</p>` : ''}`;
+${
+  paging.next || paging.paged
+    ? html`<nav class="paging" aria-label="More proposals">${paging.paged ? html`<a href="${listUrl(status)}">Newest</a>` : ''}${
+        paging.next ? html`<a href="${listUrl(status, paging.next)}" rel="next">Older proposals</a>` : ''
+      }</nav>`
+    : ''
+}`;
 }
 
 /** The current page as the person reads it, or null when it is gone (deleted or moved out of sight). */
@@ -213,12 +238,30 @@ export async function reviewRoutes(app: FastifyInstance, kit: AppKit): Promise<v
 
   app.get('/proposals', opts, async (req, reply) => {
     const p = req.principal!;
-    const { status } = ListQuery.parse(req.query);
-    const r = await listProposals(ctx, p, { status: status === 'all' ? undefined : status, limit: LIST_LIMIT });
+    const q = ListQuery.safeParse(req.query ?? {});
+    const status = q.success ? q.data.status : 'open';
+    const viewer = await kit.viewerOf(p, req);
+    /** A cursor that is not one the core gave out (edited, cut short, too long): a 400 page, never a 500. */
+    const badCursor = () =>
+      sendAppPage(reply, 400, viewer, {
+        title: 'Proposals',
+        body: html`<h1>${decides(p) ? 'Review' : 'Proposals'}</h1>
+<p class="alert" role="alert">This link to a later part of the list is not valid (it was changed or cut short).</p>
+<p><a href="${listUrl(status)}">Back to the newest proposals</a></p>`,
+        current: 'review',
+      });
+    if (!q.success) return badCursor();
+    let r: Awaited<ReturnType<typeof listProposals>>;
+    try {
+      r = await listProposals(ctx, p, { status: status === 'all' ? undefined : status, limit: LIST_LIMIT, cursor: q.data.cursor });
+    } catch (e) {
+      if (isServiceError(e) && e.code === 'invalid_cursor') return badCursor();
+      throw e;
+    }
     const names = await principalNames(ctx, p);
-    return sendAppPage(reply, 200, await kit.viewerOf(p, req), {
+    return sendAppPage(reply, 200, viewer, {
       title: decides(p) ? 'Review' : 'Proposals',
-      body: listBody(status, r.proposals, names, r.next_cursor !== null, decides(p)),
+      body: listBody(status, r.proposals, names, { next: r.next_cursor, paged: q.data.cursor !== undefined }, decides(p)),
       current: 'review',
     });
   });

@@ -27,6 +27,9 @@ import { countOpenProposals } from '../../core/proposals/count.js';
 import { countUnreadInbox } from '../../core/inbox-count.js';
 import { discussionLink, threadRoutes } from './threads.js';
 import { inboxRoutes } from './inbox.js';
+import { chosenWorkspace, clearWorkspaceCookie, hasWorkspaceCookie, switcherFor, workspaceRoutes } from './workspaces.js';
+import { notFound } from '../../core/errors.js';
+import { operationsRoutes } from './operations.js';
 
 /**
  * The web app's reading pages (issue 17, first slice), under /app: the Spaces, a Space's tree, a
@@ -219,15 +222,31 @@ const ROUTE_GROUPS: ((app: FastifyInstance, kit: AppKit) => Promise<void>)[] = [
   accountRoutes,
   threadRoutes,
   inboxRoutes,
+  workspaceRoutes,
+  operationsRoutes,
 ];
 
 export async function appRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
   const opts = { config: { auth: 'public' as const }, schema: { hide: true as const } };
 
-  /** The person behind the session (GET pages: no CSRF check), or null when there is none usable. */
-  async function principal(req: FastifyRequest): Promise<Principal | null> {
-    const r = await resolvePageSession(ctx, req, { unsafe: false });
-    return r.ok ? r.p : null;
+  /**
+   * The person behind the session (GET pages: no CSRF check), or null when there is none usable,
+   * in the workspace the browser chose (the `svc_ws` cookie, workspaces.ts) when it has one;
+   * `authenticate()` checks the membership. A choice that no longer works (the person left or
+   * was removed, or a lockdown there ended this session's access to it) falls back to the
+   * session's own workspace and the cookie is cleared (with a `reply` to clear it on): the next
+   * page is a normal one, never an error loop through the sign-in page.
+   */
+  async function principal(req: FastifyRequest, reply?: FastifyReply): Promise<Principal | null> {
+    const ws = chosenWorkspace(req);
+    if (hasWorkspaceCookie(req) && ws === undefined && reply) clearWorkspaceCookie(reply);
+    const r = await resolvePageSession(ctx, req, { unsafe: false, workspace: ws });
+    if (r.ok) return r.p;
+    if (ws === undefined) return null;
+    const own = await resolvePageSession(ctx, req, { unsafe: false });
+    if (!own.ok) return null;
+    if (reply) clearWorkspaceCookie(reply);
+    return own.p;
   }
 
   async function viewerOf(p: Principal, req: FastifyRequest): Promise<Viewer> {
@@ -240,6 +259,7 @@ export async function appRoutes(app: FastifyInstance, ctx: CoreContext): Promise
       role: p.role,
       workspace: await currentWorkspaceName(ctx, p),
       csrf: req.cookies[CSRF_COOKIE] ?? '',
+      switcher: await switcherFor(ctx, p, req.cookies[CSRF_COOKIE] ?? ''),
       ...(reviews ? { reviews: reviews.count, reviewsCapped: reviews.capped } : {}),
       inbox: inbox.count,
       inboxCapped: inbox.capped,
@@ -250,12 +270,12 @@ export async function appRoutes(app: FastifyInstance, ctx: CoreContext): Promise
   app.addHook('onRequest', async (req, reply) => {
     setAppPageHeaders(reply);
     if (req.method !== 'GET' && req.method !== 'HEAD') return;
-    const p = await principal(req);
+    const p = await principal(req, reply);
     if (!p) return loginRedirect(req, reply);
   });
 
   async function notFoundPage(req: FastifyRequest, reply: FastifyReply, message: string) {
-    const p = req.principal ?? (await principal(req));
+    const p = req.principal ?? (await principal(req, reply));
     if (!p) return loginRedirect(req, reply);
     return sendAppPage(reply, 404, await viewerOf(p, req), {
       title: 'Not found',
@@ -356,6 +376,7 @@ ${newPageLink(p, space.id)}
     }
     reply.clearCookie(SESSION_COOKIE, { path: '/' });
     reply.clearCookie(CSRF_COOKIE, { path: '/' });
+    clearWorkspaceCookie(reply);
     return reply.code(303).header('location', '/login').send();
   });
 
@@ -366,9 +387,18 @@ ${newPageLink(p, space.id)}
     notFoundPage,
     async formPrincipal(req) {
       const csrf = (req.body as Record<string, unknown> | undefined)?.csrf;
-      const r = await resolvePageSession(ctx, req, { csrf: typeof csrf === 'string' ? csrf : '', unsafe: true });
-      if (!r.ok) throw r.error;
-      return r.p;
+      const ws = chosenWorkspace(req);
+      const r = await resolvePageSession(ctx, req, { csrf: typeof csrf === 'string' ? csrf : '', unsafe: true, workspace: ws });
+      if (r.ok) return r.p;
+      // The form was made for a workspace the person no longer belongs to: refused, never applied
+      // to another one; the 404 page that answers falls back to their own workspace (see principal).
+      if (ws !== undefined && r.error.code === 'workspace_not_found') {
+        throw notFound(
+          'You are no longer a member of the workspace this form was for, so it was not sent. The app shows your own workspace again.',
+          'workspace_not_found',
+        );
+      }
+      throw r.error;
     },
   };
   for (const group of ROUTE_GROUPS) await group(app, kit);

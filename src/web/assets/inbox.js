@@ -4,6 +4,8 @@
 // on the page) and puts them on top of the Unread list, with the counts in the page and in the
 // navigation's "Inbox (n)" kept current. Without it, the page is current as of its last load.
 
+import { apiHeaders } from './api.js';
+
 const list = document.getElementById('inbox-unread');
 const WAIT_S = 25;
 /** A poll that answers at once is not repeated sooner than this (a server that ignores wait). */
@@ -63,7 +65,7 @@ async function run() {
     let res;
     try {
       res = await fetch(`/api/v1/inbox?after=${after}&wait=${WAIT_S}`, {
-        headers: { accept: 'application/json' },
+        headers: apiHeaders(),
         credentials: 'same-origin',
         cache: 'no-store',
       });

@@ -5,6 +5,8 @@
 // A picked principal's id is also sent as a `mentions` field, so a name that two people share
 // still reaches the one picked.
 
+import { apiHeaders } from './api.js';
+
 const MAX_OPTIONS = 8;
 let people = null;
 
@@ -12,7 +14,7 @@ let people = null;
 async function loadPeople() {
   if (people) return people;
   try {
-    const res = await fetch('/api/v1/principals', { headers: { accept: 'application/json' }, credentials: 'same-origin' });
+    const res = await fetch('/api/v1/principals', { headers: apiHeaders(), credentials: 'same-origin' });
     if (!res.ok) return [];
     const body = await res.json();
     people = (body.principals ?? []).filter((x) => typeof x.id === 'string' && typeof x.name === 'string' && !x.suspended_at);
