@@ -273,7 +273,8 @@ describe.each(testEngines())('getting in over HTTP (%s)', (engine) => {
     const there = await send(olga.client, 'GET', '/app');
     expect(there.text).toContain('href="/app/s/bravo"');
     expect(there.text).not.toContain('href="/app/s/alpha"');
-    expect(there.text).toContain(`· workspace ${bob.workspace.name}`);
+    // The switcher names the workspace shown (its option selected).
+    expect(there.text).toContain(`<option value="${bob.workspace.id}" selected>${bob.workspace.name}`);
     expect((await send(olga.client, 'GET', '/app/p/bravo/index.md')).status).toBe(200);
     // The account page (and every form) works in the chosen workspace.
     const account = await send(olga.client, 'GET', '/app/account');
@@ -335,7 +336,7 @@ describe.each(testEngines())('getting in over HTTP (%s)', (engine) => {
     expect(res.text).toContain(`<a href="/app">Continue to ${owner.workspace.name}</a>`);
     expect(setCookie(res, 'svc_ws')).toMatch(new RegExp(`^svc_ws=${owner.workspace.id};.*Path=/app`));
     const app = await send(guest.client, 'GET', '/app');
-    expect(app.text).toContain(`· workspace ${owner.workspace.name}`);
+    expect(app.text).toContain(`<option value="${owner.workspace.id}" selected>${owner.workspace.name}`);
   });
 
   it('create workspace on the account page: as POST /api/v1/workspaces, and the app then shows it', async () => {

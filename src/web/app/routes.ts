@@ -228,6 +228,9 @@ const ROUTE_GROUPS: ((app: FastifyInstance, kit: AppKit) => Promise<void>)[] = [
 
 export async function appRoutes(app: FastifyInstance, ctx: CoreContext): Promise<void> {
   const opts = { config: { auth: 'public' as const }, schema: { hide: true as const } };
+  // The app's forms are url-encoded: a JSON or text body is refused (415) rather than read as a
+  // form, so nothing but a form (CSRF field and all) changes anything here.
+  app.removeContentTypeParser(['application/json', 'text/plain']);
 
   /**
    * The person behind the session (GET pages: no CSRF check), or null when there is none usable,

@@ -80,9 +80,10 @@ export async function workspaceRoutes(app: FastifyInstance, kit: AppKit): Promis
    */
   app.post('/workspace', kit.opts, async (req, reply) => {
     const chosen = field(req.body, 'workspace') ?? '';
-    const csrf = field(req.body, 'csrf') ?? '';
+    // Signed in, with this page's form, before anything about the choice is answered.
+    await kit.formPrincipal(req);
     if (!WORKSPACE_ID_RE.test(chosen)) throw badRequest('Choose a workspace from the list.');
-    const r = await resolvePageSession(ctx, req, { csrf, unsafe: true, workspace: chosen });
+    const r = await resolvePageSession(ctx, req, { csrf: field(req.body, 'csrf') ?? '', unsafe: true, workspace: chosen });
     if (!r.ok) {
       if (r.error.code === 'workspace_not_found') throw notFound('You are not a member of that workspace.', 'workspace_not_found');
       throw r.error;
