@@ -16,6 +16,13 @@ export function chromiumPresent(what: string): boolean {
   return false;
 }
 
+/**
+ * Options of a browser suite: a journey of several pages, each with an axe-core pass, takes 10-30 s
+ * on a 2-core machine that also runs another test file; the default 30 s budget made them flaky.
+ * A hang still fails (Playwright's own waits time out long before this).
+ */
+export const BROWSER_SUITE = { timeout: 120_000 };
+
 /** A headless chromium without the background traffic a test does not want. */
 export function launchChromium(): Promise<Browser> {
   return chromium.launch({

@@ -3,7 +3,7 @@ import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { seriousViolations } from '../support/axe.js';
 import { freshEmail, signedInPage, webPerson, type WebPerson } from '../support/web.js';
-import { chromiumPresent, launchChromium, openPage, screenshot } from '../support/browser.js';
+import { chromiumPresent, launchChromium, openPage, screenshot, BROWSER_SUITE } from '../support/browser.js';
 import { testEngines } from '../support/engines.js';
 import { Client, createAgentWithKey, startTestServer, type TestServer } from '../support/server.js';
 import { GitHome } from '../git/support.js';
@@ -294,7 +294,7 @@ describe('git tokens from the account page (sqlite, the real git CLI)', () => {
 
 const haveChromium = chromiumPresent('the web app administering screens');
 
-describe.skipIf(!haveChromium)('administering in a real browser (chromium, sqlite)', () => {
+describe.skipIf(!haveChromium)('administering in a real browser (chromium, sqlite)', BROWSER_SUITE, () => {
   let s: TestServer;
   let browser: Browser;
   let owner: Person;

@@ -1,6 +1,6 @@
 import type { Browser, Page } from 'playwright-core';
 import { webPerson, type WebPerson } from '../support/web.js';
-import { chromiumPresent, launchChromium, openPage, screenshot } from '../support/browser.js';
+import { chromiumPresent, launchChromium, openPage, screenshot, BROWSER_SUITE } from '../support/browser.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEngines } from '../support/engines.js';
 import { Client, startTestServer, type TestServer } from '../support/server.js';
@@ -221,7 +221,7 @@ const haveChromium = chromiumPresent('the web app');
 
 const shot = screenshot;
 
-describe.skipIf(!haveChromium)('web app in a real browser (chromium, sqlite)', () => {
+describe.skipIf(!haveChromium)('web app in a real browser (chromium, sqlite)', BROWSER_SUITE, () => {
   let s: TestServer;
   let browser: Browser;
   let owner: Person;

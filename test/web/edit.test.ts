@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { currentTotp } from '../../src/auth/totp.js';
 import { PASSWORD, signup, type Human } from '../support/actors.js';
 import { seriousViolations } from '../support/axe.js';
-import { chromiumPresent, launchChromium, openPage, screenshot } from '../support/browser.js';
+import { chromiumPresent, launchChromium, openPage, screenshot, BROWSER_SUITE } from '../support/browser.js';
 import { testEngines } from '../support/engines.js';
 import { Client, startTestServer, type TestServer } from '../support/server.js';
 
@@ -289,7 +289,7 @@ describe.each(testEngines())('web app writing over HTTP (%s)', (engine) => {
 const haveChromium = chromiumPresent('the web app (writing)');
 const shot = screenshot;
 
-describe.skipIf(!haveChromium)('web app writing in a real browser (chromium, sqlite)', () => {
+describe.skipIf(!haveChromium)('web app writing in a real browser (chromium, sqlite)', BROWSER_SUITE, () => {
   let s: TestServer;
   let browser: Browser;
   let owner: Human;

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
 import { currentTotp } from '../../src/auth/totp.js';
 import { seriousViolations } from '../support/axe.js';
-import { chromiumPresent, launchChromium, openPage, screenshot } from '../support/browser.js';
+import { chromiumPresent, launchChromium, openPage, screenshot, BROWSER_SUITE } from '../support/browser.js';
 import { testEngines } from '../support/engines.js';
 import { Client, startTestServer, type TestServer } from '../support/server.js';
 import { freshEmail, signedInPage, WEB_PASSWORD } from '../support/web.js';
@@ -415,7 +415,7 @@ async function noOverflow(page: Page): Promise<number> {
 const JOURNEY = { timeout: 90_000 };
 
 // SQLite only, as the other browser suites: the plain HTTP suites above run on every engine.
-describe.skipIf(!haveChromium)('getting in, in a real browser (chromium, sqlite)', () => {
+describe.skipIf(!haveChromium)('getting in, in a real browser (chromium, sqlite)', BROWSER_SUITE, () => {
   let s: TestServer;
   let totpServer: TestServer;
   let browser: Browser;

@@ -1,5 +1,5 @@
 import type { Browser, BrowserContext, Page } from 'playwright-core';
-import { chromiumPresent, launchChromium } from '../support/browser.js';
+import { chromiumPresent, launchChromium, BROWSER_SUITE } from '../support/browser.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { currentTotp } from '../../src/auth/totp.js';
 import { testEngines } from '../support/engines.js';
@@ -422,7 +422,7 @@ async function shot(page: Page, name: string): Promise<void> {
 }
 
 // SQLite only: the browser adds nothing engine-specific; the plain HTTP suite above runs on both.
-describe.skipIf(!haveChromium)('HTML pages in a real browser (chromium, sqlite)', () => {
+describe.skipIf(!haveChromium)('HTML pages in a real browser (chromium, sqlite)', BROWSER_SUITE, () => {
   let s: TestServer;
   let browser: Browser;
   let ann: Human;

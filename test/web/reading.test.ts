@@ -2,7 +2,7 @@ import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { seriousViolations } from '../support/axe.js';
 import { signedInPage, webPerson, type WebPerson } from '../support/web.js';
-import { chromiumPresent, launchChromium, screenshot } from '../support/browser.js';
+import { chromiumPresent, launchChromium, screenshot, BROWSER_SUITE } from '../support/browser.js';
 import { testEngines } from '../support/engines.js';
 import { Client, createAgentWithKey, startTestServer, type TestServer } from '../support/server.js';
 
@@ -298,7 +298,7 @@ describe.each(testEngines())('reading and reviewing over HTTP (%s)', (engine) =>
 
 const haveChromium = chromiumPresent('the web app reading polish');
 
-describe.skipIf(!haveChromium)('reading and reviewing in a real browser (chromium, sqlite)', () => {
+describe.skipIf(!haveChromium)('reading and reviewing in a real browser (chromium, sqlite)', BROWSER_SUITE, () => {
   let s: TestServer;
   let browser: Browser;
   let w: Awaited<ReturnType<typeof setup>>;
