@@ -1,8 +1,11 @@
 import { runCli, usage } from './cli/index.js';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import { hasAnyHuman } from './core/accounts.js';
-import { startServer } from './server.js';
+import { SHUTDOWN_GRACE_MS, startServer } from './server.js';
 import { openStore } from './store/db.js';
+
+/** After the requests' grace, how long the jobs' batches in hand and the store may take to stop. */
+const SHUTDOWN_JOBS_MS = 60_000;
 
 async function main(argv: string[]): Promise<void> {
   const command = argv[0] ?? 'serve';
@@ -54,10 +57,22 @@ async function main(argv: string[]): Promise<void> {
     server.app.log.warn('SIGNUPS=invite and no account exists yet: the FIRST sign-up is open and becomes the first owner; sign up now');
   }
   let closing = false;
+  // SIGTERM (an orchestrator's stop, a rolling restart) or Ctrl+C: refuse new connections, answer
+  // what is in flight (at most SHUTDOWN_GRACE_MS), end long-polls with their empty answer, give
+  // back job leases so another node takes the jobs over at once, close the database, exit 0.
   const stop = (signal: string) => {
-    if (closing) return;
+    if (closing) {
+      // A second signal means "now": whatever was not answered was not acknowledged.
+      server.app.log.warn(`${signal} again: exiting without waiting`);
+      process.exit(1);
+    }
     closing = true;
-    server.app.log.info(`${signal}: shutting down`);
+    server.app.log.info(`${signal}: shutting down (requests in flight get up to ${SHUTDOWN_GRACE_MS / 1000} s)`);
+    // A job's batch in hand or the database hanging must not keep the process forever.
+    setTimeout(() => {
+      server.app.log.error('shutdown did not finish in time; exiting');
+      process.exit(1);
+    }, SHUTDOWN_GRACE_MS + SHUTDOWN_JOBS_MS).unref();
     server.close().then(
       () => process.exit(0),
       (err) => {

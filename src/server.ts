@@ -1,3 +1,4 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { FastifyInstance } from 'fastify';
 import { buildApp, type AppOptions } from './app.js';
 import type { Config } from './config.js';
@@ -16,8 +17,19 @@ export interface RunningServer {
   /** The lifecycle job's timer (tests call its `tick` with their own clock). */
   lifecycle: LifecycleScheduler;
   url: string;
-  close(): Promise<void>;
+  /**
+   * Shuts down gracefully: stops accepting connections, ends inbox long-polls with their empty
+   * answer, lets requests in flight finish (at most `graceMs`, then their connections are cut),
+   * stops the background jobs after their batch in hand and gives their leases back, flushes and
+   * closes the store.
+   */
+  close(opts?: { graceMs?: number }): Promise<void>;
 }
+
+/** How long requests in flight may take to finish once shutdown begins. */
+export const SHUTDOWN_GRACE_MS = 10_000;
+/** While draining, connections whose answer went out are closed this often (see close). */
+const REAP_IDLE_MS = 50;
 
 /** Opens the store, builds the app and listens; `close` drains requests, flushes and closes the store. */
 export async function startServer(config: Config, opts: AppOptions = {}): Promise<RunningServer> {
@@ -33,6 +45,15 @@ export async function startServer(config: Config, opts: AppOptions = {}): Promis
   const app = await buildApp(ctx, opts);
   ctx.log = app.log;
   retrieval.worker.onError = (message, err) => app.log.warn({ err }, `embeddings provider failed: ${message}`);
+  // Answers still to be sent, so that shutdown can tell their clients not to reuse the connection.
+  const inFlight = new Set<ServerResponse>();
+  let closing = false;
+  let closed: Promise<void> | undefined;
+  app.server.on('request', (_req: IncomingMessage, res: ServerResponse) => {
+    if (closing && !res.headersSent) res.setHeader('Connection', 'close');
+    inFlight.add(res);
+    res.once('close', () => inFlight.delete(res));
+  });
   await app.listen({ port: config.port, host: config.host });
   // Re-indexing an upgrade asked for runs in the background: the service serves meanwhile.
   retrieval.reindex.start(app.log);
@@ -51,14 +72,33 @@ export async function startServer(config: Config, opts: AppOptions = {}): Promis
     ctx,
     lifecycle,
     url: `http://${host}:${port}`,
-    close: async () => {
-      await app.close();
-      await lifecycle.stop();
-      await imports.stop();
-      await retrieval.stop();
-      await listener?.close();
-      await touches.stop();
-      await store.close();
-    },
+    close: ({ graceMs = SHUTDOWN_GRACE_MS } = {}) => (closed ??= shutdown(graceMs)),
   };
+
+  async function shutdown(graceMs: number): Promise<void> {
+    closing = true;
+    // A keep-alive client would hold its connection (and the drain) for Fastify's 72 s
+    // keep-alive timeout: every answer still to come says Connection: close, and connections
+    // whose answer went out before shutdown began are closed as soon as they are idle.
+    for (const res of inFlight) if (!res.headersSent) res.setHeader('Connection', 'close');
+    const reap = setInterval(() => app.server.closeIdleConnections(), REAP_IDLE_MS);
+    // The bound: whatever is still running then loses its connection (the client sees a reset,
+    // as for any failed node, and nothing it was not answered counts as acknowledged).
+    const cut = setTimeout(() => app.server.closeAllConnections(), graceMs);
+    // Background jobs take no new batch from now on (their batches would compete with the
+    // requests being drained) and give their leases back while the requests finish.
+    const jobs = Promise.all([lifecycle.stop(), imports.stop()]);
+    try {
+      // Stops listening at once (new connections are refused); preClose hooks end long-polls.
+      await app.close();
+    } finally {
+      clearInterval(reap);
+      clearTimeout(cut);
+      await jobs;
+    }
+    await retrieval.stop();
+    await listener?.close();
+    await touches.stop();
+    await store.close();
+  }
 }

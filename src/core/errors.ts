@@ -4,3 +4,6 @@
  * from here or from there alike.
  */
 export * from '../errors/index.js';
+
+/** The store's test for "the database is out of reach for now" (faces answer 503 `unavailable`). */
+export { isDatabaseUnavailable } from '../store/db.js';

@@ -23,7 +23,7 @@ export const ERROR_CODES = {
   not_acceptable: 406,
   not_found: 404,
   internal_error: 500,
-  /** MCP only: the exchange was closed (server shutting down) before its answer. */
+  /** The database is out of reach for now, or the node is shutting down (MCP: the exchange closed before its answer). */
   unavailable: 503,
 
   // Host and rate limits.

@@ -37,6 +37,9 @@ const Reindex = z.object({
   last_error: RedactedError,
 });
 
+/** How long /healthz waits for the database before answering with the last figures. */
+const HEALTH_DB_WAIT_MS = 1000;
+
 /** `/readyz`, ready (200) or not (503). */
 const Readiness = z.object({
   status: z.enum(['ready', 'unavailable']),
@@ -55,6 +58,8 @@ const Readiness = z.object({
 export async function healthFace(face: FastifyInstance): Promise<void> {
   const ctx = face.ctx;
   const r = face.withTypeProvider<ZodTypeProvider>();
+  /** The figures of the last /healthz that reached the database. */
+  let last: { nodes: number; indexed_at: string | null } = { nodes: 0, indexed_at: null };
 
   r.get(
     '/healthz',
@@ -63,19 +68,37 @@ export async function healthFace(face: FastifyInstance): Promise<void> {
       undefined,
       {
         response: {
-          200: z.object({ status: z.literal('ok'), version: z.string(), nodes: z.number(), indexed_at: Timestamp.nullable() }),
-          503: z.object({ status: z.literal('unavailable'), version: z.string() }),
+          200: z.object({
+            status: z.literal('ok'),
+            version: z.string(),
+            nodes: z.number().describe('Live pages across the deployment (the last figure read while the database is out of reach)'),
+            indexed_at: Timestamp.nullable(),
+            database: z.enum(['ok', 'unavailable']).describe('unavailable: this node is alive but cannot reach its database now; see /readyz'),
+          }),
         },
       },
       { auth: 'public' },
     ),
-    async (_req, reply) => {
+    async () => {
+      // Liveness, not readiness: while the database is out of reach the process is still alive
+      // and recovers by itself (issue 18), so a probe must not restart it. The last figures read
+      // are answered, with `database: 'unavailable'`; /readyz is the one that says 503.
+      // A pool waiting for a connection that will not come would hold a probe for seconds: one
+      // second is the bound (probes commonly time out at 1-2 s).
+      let timer: NodeJS.Timeout | undefined;
+      const slow = new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), HEALTH_DB_WAIT_MS)));
       try {
-        const { nodes, indexed_at } = await pageTotals(ctx);
-        return { status: 'ok' as const, version: VERSION, nodes, indexed_at };
+        const totals = await Promise.race([pageTotals(ctx), slow]);
+        if (totals) {
+          last = totals;
+          return { status: 'ok' as const, version: VERSION, ...last, database: 'ok' as const };
+        }
       } catch {
-        return reply.code(503).send({ status: 'unavailable' as const, version: VERSION });
+        /* answered below */
+      } finally {
+        clearTimeout(timer);
       }
+      return { status: 'ok' as const, version: VERSION, ...last, database: 'unavailable' as const };
     },
   );
 

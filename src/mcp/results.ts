@@ -1,5 +1,5 @@
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import { isServiceError, ServiceError } from '../core/errors.js';
+import { isDatabaseUnavailable, isServiceError, ServiceError } from '../core/errors.js';
 
 /**
  * A tool's answer: one text item holding the JSON (or the markdown) it returned. With
@@ -29,5 +29,8 @@ export function toolError(e: ServiceError, hint?: string): CallToolResult {
 /** Anything thrown by a tool, as the one error type; unknown failures become internal_error. */
 export function asServiceError(e: unknown): { error: ServiceError; unexpected: boolean } {
   if (isServiceError(e)) return { error: e, unexpected: false };
+  // A lost database is not a bug: the caller may retry (as REST's 503 says).
+  if (isDatabaseUnavailable(e))
+    return { error: new ServiceError(503, 'unavailable', 'The database is unavailable right now; try again shortly'), unexpected: false };
   return { error: new ServiceError(500, 'internal_error', 'Something went wrong on our side; it has been logged'), unexpected: true };
 }

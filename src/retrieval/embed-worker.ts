@@ -1,5 +1,6 @@
-import { sql } from 'kysely';
+import { sql, type SelectQueryBuilder } from 'kysely';
 import type { Store } from '../store/db.js';
+import type { DB } from '../store/schema.js';
 import { inTransaction } from '../store/tx.js';
 import { textHash, vecToBytes, windowEmbedText, windows } from './embed-text.js';
 import { EmbeddingUnavailableError, type EmbeddingProvider } from './embeddings/provider.js';
@@ -9,6 +10,8 @@ const ROUND = 32;
 const IDLE_POLL_MS = 250;
 /** A failed page waits 2^attempts seconds, at most this long, before its next try. */
 const MAX_BACKOFF_MS = 5 * 60_000;
+/** How long a claimed job is left to the node that claimed it (well beyond a round with provider retries). */
+const CLAIM_LEASE_MS = 5 * 60_000;
 /** vector_log entries older than this are deleted; a node that slept longer reloads fully. */
 export const VECTOR_LOG_KEEP_MS = 60 * 60_000;
 
@@ -135,8 +138,22 @@ export class EmbedWorker {
     const now = new Date().toISOString();
     let q = db.selectFrom('embed_jobs').select(['page_id', 'workspace_id', 'content_hash', 'attempts']).orderBy('queued_at').limit(ROUND);
     if (!ignoreBackoff) q = q.where((eb) => eb.or([eb('not_before', 'is', null), eb('not_before', '<=', now)]));
-    const jobs: Job[] = await q.execute();
+    if (this.store.dialect !== 'postgres') return this.process(await q.execute());
+    const lease = new Date(Date.parse(now) + CLAIM_LEASE_MS).toISOString();
+    const jobs = await this.claim(q, lease);
+    try {
+      return await this.process(jobs);
+    } catch (e) {
+      // The database failed the round (the provider's failures are handled inside): hand the
+      // jobs back now rather than after the lease.
+      await this.release(jobs, lease).catch(() => undefined);
+      throw e;
+    }
+  }
+
+  private async process(jobs: Job[]): Promise<number> {
     if (jobs.length === 0) return 0;
+    const db = this.store.db;
 
     const ids = jobs.map((j) => j.page_id);
     const pages = new Map((await db.selectFrom('pages').select(['id', 'content_hash', 'deleted_at']).where('id', 'in', ids).execute()).map((p) => [p.id, p]));
@@ -211,6 +228,33 @@ export class EmbedWorker {
     });
     if (this.status.lastError !== null && missing.length > 0) this.status.lastError = null;
     return jobs.length;
+  }
+
+  /**
+   * Several nodes on one PostgreSQL: each round claims its jobs, so no two nodes embed the
+   * same page. The claim pushes the job's not_before a lease ahead (rows locked by another
+   * node's claim are skipped); success deletes the job, failure sets its back-off, a write
+   * queues it afresh, and a node killed mid-round leaves it to whoever polls after the lease.
+   */
+  private async claim(due: SelectQueryBuilder<DB, 'embed_jobs', Job>, lease: string): Promise<Job[]> {
+    const r = await sql<Job>`update embed_jobs set not_before = ${lease}
+      where page_id in (${due.clearSelect().select('page_id').forUpdate().skipLocked()})
+      returning page_id, workspace_id, content_hash, attempts`.execute(this.store.db);
+    return r.rows;
+  }
+
+  private async release(jobs: Job[], lease: string): Promise<void> {
+    if (jobs.length === 0) return;
+    await this.store.db
+      .updateTable('embed_jobs')
+      .set({ not_before: null })
+      .where(
+        'page_id',
+        'in',
+        jobs.map((j) => j.page_id),
+      )
+      .where('not_before', '=', lease)
+      .execute();
   }
 
   private async fail(jobs: Job[], e: unknown): Promise<void> {

@@ -1,6 +1,7 @@
-import { sql } from 'kysely';
+import { sql, type ExpressionBuilder } from 'kysely';
 import type { EmbeddingsConfig } from '../config.js';
 import type { Store } from '../store/db.js';
+import type { DB } from '../store/schema.js';
 import { bytesToVec, hashTag } from './embed-text.js';
 import { EmbedWorker, VECTOR_LOG_KEEP_MS } from './embed-worker.js';
 import { BuiltinEmbeddings } from './embeddings/builtin.js';
@@ -11,10 +12,27 @@ import { VectorMatrix } from './vectors/matrix.js';
 
 interface Loaded {
   matrix: VectorMatrix | null;
-  /** Highest vector_log seq applied. */
-  seq: number;
+  /** Every vector_log seq up to this one was applied, except the gaps. */
+  cursor: number;
+  /** Seqs at or below the cursor not visible yet (a transaction still open, or rolled back): asked for again until they expire. */
+  gaps: Map<number, number>;
   refreshedAt: number;
 }
+
+/**
+ * How long a vector_log seq may stay invisible before we stop asking for it: well beyond the
+ * life of any embedding round's transaction (one short transaction of at most 32 pages). A seq
+ * still missing after this was rolled back (or its transaction hung): the reload a node does
+ * after sleeping past half of VECTOR_LOG_KEEP_MS is the safety net.
+ */
+export const VECTOR_LOG_SETTLE_MS = 10 * 60_000;
+/**
+ * Seqs at most this far below the highest one seen are taken for gaps (on start, and after a jump):
+ * a transaction that stays open while 10,000 later entries commit is not waited for.
+ */
+const START_LOOKBACK = 10_000;
+/** More gaps than this are asked for as one range (read from the lowest) instead of an IN list. */
+const GAP_LIST_MAX = 500;
 
 export interface EmbeddingsStatus {
   status: 'ok' | 'degraded' | 'starting';
@@ -42,6 +60,15 @@ export class RetrievalRuntime {
   readonly reindex: ReindexJob;
   private readonly loaded = new Map<string, Promise<Loaded>>();
   private readonly queryCache = new Map<string, Float32Array>();
+  /**
+   * The whole log as this node last saw it: every seq up to `hi` that was visible was read,
+   * and `gaps` (seq -> when first missed) are those that were not. vector_log seqs are taken at
+   * insert and become visible at commit, so on PostgreSQL two nodes' workers can commit them out
+   * of order; a cursor that jumped past an open transaction's seq would skip it forever.
+   */
+  private readonly log = { started: false, hi: 0, gaps: new Map<number, number>() };
+  /** Refreshes run one at a time: they move `log` and a workspace's cursor together. */
+  private refreshing: Promise<unknown> = Promise.resolve();
 
   constructor(
     private readonly store: Store,
@@ -106,7 +133,7 @@ export class RetrievalRuntime {
       this.loaded.delete(workspaceId);
       return this.matrix(workspaceId);
     }
-    await this.refresh(workspaceId, state);
+    await this.serial(() => this.refresh(workspaceId, state));
     return state.matrix;
   }
 
@@ -138,11 +165,13 @@ export class RetrievalRuntime {
 
   private async load(workspaceId: string): Promise<Loaded> {
     const db = this.store.db;
-    const top = await db
-      .selectFrom('vector_log')
-      .select(sql<number | null>`max(seq)`.as('seq'))
-      .executeTakeFirstOrThrow();
-    const state: Loaded = { matrix: null, seq: Number(top.seq ?? 0), refreshedAt: Date.now() };
+    // Read the log before the vectors: a change visible now is in the vectors read below; one
+    // not visible yet (a gap, or above the cursor) is asked for by every refresh until it shows.
+    const { hi, gaps } = await this.serial(async () => {
+      await this.scanLog();
+      return { hi: this.log.hi, gaps: new Map(this.log.gaps) };
+    });
+    const state: Loaded = { matrix: null, cursor: hi, gaps, refreshedAt: Date.now() };
     const count = await db
       .selectFrom('section_vectors')
       .select(sql<number>`count(*)`.as('n'))
@@ -189,21 +218,110 @@ export class RetrievalRuntime {
     for (const [page, vecs] of byPage) state.matrix!.setPage(page, vecs);
   }
 
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.refreshing.then(fn, fn);
+    this.refreshing = run.catch(() => undefined);
+    return run;
+  }
+
+  /**
+   * Advances the node's view of the whole log (seqs only, from the primary key): every seq
+   * above `hi` that is not visible becomes a gap, every gap that shows up is struck off, and
+   * gaps older than VECTOR_LOG_SETTLE_MS are given up. Only the whole log can tell a gap from
+   * another workspace's entry, hence one scan for all workspaces (each entry is read once per
+   * node, plus the few gaps).
+   */
+  private async scanLog(): Promise<void> {
+    const db = this.store.db;
+    const now = Date.now();
+    if (!this.log.started) await this.startLog(now);
+    const { hi, gaps } = this.log;
+    const rows = await db.selectFrom('vector_log').select('seq').where(this.seqWanted(hi, gaps)).orderBy('seq').execute();
+    let top = hi;
+    const seen = new Set<number>();
+    for (const r of rows) {
+      const n = Number(r.seq);
+      seen.add(n);
+      if (n > top) top = n;
+      gaps.delete(n);
+    }
+    // A jump in the sequence (a restore, or a burst between two refreshes) is looked at only near its top.
+    for (let n = Math.max(hi + 1, top - START_LOOKBACK); n < top; n++) if (!seen.has(n)) gaps.set(n, now);
+    this.log.hi = top;
+    for (const [n, at] of gaps) if (now - at > VECTOR_LOG_SETTLE_MS) gaps.delete(n);
+  }
+
+  /**
+   * The first look at the log: seqs missing just below the top may belong to transactions still
+   * open while this node starts. A missing seq is taken for a gap unless the entry above it was
+   * written more than twice the settle time ago: the missing one was taken before that entry
+   * committed, so its transaction began long enough ago to have ended (entries deleted for age,
+   * or rolled back, are not asked for then; `at` is the writing node's clock, synchronised
+   * clocks are assumed to within minutes).
+   */
+  private async startLog(now: number): Promise<void> {
+    const db = this.store.db;
+    const top = await db
+      .selectFrom('vector_log')
+      .select(sql<number | null>`max(seq)`.as('seq'))
+      .executeTakeFirstOrThrow();
+    const hi = Number(top.seq ?? 0);
+    const rows = await db
+      .selectFrom('vector_log')
+      .select(['seq', 'at'])
+      .where('seq', '>', hi - START_LOOKBACK)
+      .orderBy('seq')
+      .execute();
+    let prev = Math.max(0, hi - START_LOOKBACK);
+    for (const r of rows) {
+      const n = Number(r.seq);
+      if (now - Date.parse(r.at) < 2 * VECTOR_LOG_SETTLE_MS) for (let g = prev + 1; g < n; g++) this.log.gaps.set(g, now);
+      prev = n;
+    }
+    this.log.hi = hi;
+    this.log.started = true;
+  }
+
+  /** seq > cursor, or one of the gaps (as a range from the lowest when there are many: the caller filters). */
+  private seqWanted(cursor: number, gaps: Map<number, number>) {
+    return (eb: ExpressionBuilder<DB, 'vector_log'>) => {
+      if (gaps.size === 0) return eb('seq', '>', cursor);
+      if (gaps.size > GAP_LIST_MAX)
+        return eb(
+          'seq',
+          '>=',
+          [...gaps.keys()].reduce((a, b) => Math.min(a, b)),
+        );
+      return eb.or([eb('seq', '>', cursor), eb('seq', 'in', [...gaps.keys()])]);
+    };
+  }
+
   private async refresh(workspaceId: string, state: Loaded): Promise<void> {
     const db = this.store.db;
-    const changes = await db
+    await this.scanLog();
+    const hi = this.log.hi;
+    const rows = await db
       .selectFrom('vector_log')
       .select(['seq', 'page_id'])
       .where('workspace_id', '=', workspaceId)
-      .where('seq', '>', state.seq)
+      .where(this.seqWanted(state.cursor, state.gaps))
       .orderBy('seq')
       .execute();
-    state.refreshedAt = Date.now();
+    const changes = rows.filter((c) => Number(c.seq) > state.cursor || state.gaps.has(Number(c.seq)));
+    const found = new Set(changes.map((c) => Number(c.seq)));
+    for (const n of found) state.gaps.delete(n);
+    // The node-wide gaps between this workspace's old cursor and the new one may be its entries:
+    // keep asking for them (they are struck off when they show, or expire).
+    for (const [n, at] of this.log.gaps) if (n > state.cursor && n <= hi && !found.has(n)) state.gaps.set(n, at);
+    const now = Date.now();
+    for (const [n, at] of state.gaps) if (now - at > VECTOR_LOG_SETTLE_MS) state.gaps.delete(n);
+    state.cursor = Math.max(state.cursor, hi);
+    state.refreshedAt = now;
     if (changes.length === 0) return;
     const pages = [...new Set(changes.map((c) => c.page_id))];
     for (let i = 0; i < pages.length; i += 500) {
       const batch = pages.slice(i, i + 500);
-      const rows = await db
+      const vecs = await db
         .selectFrom('section_vectors')
         .select(['page_id', 'ord', 'last_ord', 'text_hash', 'vec'])
         .where('page_id', 'in', batch)
@@ -212,8 +330,7 @@ export class RetrievalRuntime {
         .orderBy('ord')
         .execute();
       for (const p of batch) state.matrix?.removePage(p);
-      this.apply(state, rows);
+      this.apply(state, vecs);
     }
-    state.seq = Math.max(state.seq, Number(changes[changes.length - 1]!.seq));
   }
 }

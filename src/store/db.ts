@@ -27,15 +27,38 @@ export interface StoreOptions {
 // PostgreSQL returns BIGINT/NUMERIC as strings by default; COUNT(*) is bigint.
 pg.types.setTypeParser(20, (v: string) => Number.parseInt(v, 10));
 
+/** How long connecting to PostgreSQL (or waiting for a pooled connection) may take. */
+const CONNECT_TIMEOUT_MS = 5_000;
+/**
+ * How long one query may wait for its answer. Generous (imports' batches, ANALYZE, lock waits
+ * of serialised writers stay well under it); it only bounds a request whose database went silent.
+ */
+const QUERY_TIMEOUT_MS = 60_000;
+
 /** Opens the store (SQLite file under dataDir, or PostgreSQL when databaseUrl is set) and migrates it. */
 export async function openStore(opts: StoreOptions): Promise<Store> {
   let db: Kysely<DB>;
   let dialect: Dialect;
   if (opts.databaseUrl) {
     dialect = 'postgres';
-    const pool = new pg.Pool({ connectionString: opts.databaseUrl, max: 10 });
+    const pool = new pg.Pool({
+      connectionString: opts.databaseUrl,
+      max: 10,
+      // A database that is down or unreachable fails a request within bounds (503, see
+      // isDatabaseUnavailable) instead of holding it: connecting, or waiting for a free client,
+      // gives up after this long; a query whose answer never comes, after QUERY_TIMEOUT_MS.
+      connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+      query_timeout: QUERY_TIMEOUT_MS,
+      // A peer that vanished without closing (a network cut) is noticed by TCP, not only by a query.
+      keepAlive: true,
+      keepAliveInitialDelayMillis: 10_000,
+    });
     // An idle client's error (server restart) must not crash the process.
     pool.on('error', () => {});
+    // Nor a checked-out client's: pg emits 'error' on a client whose connection drops while a
+    // request holds it between queries, and pg-pool listens only while the client is idle. The
+    // query in flight (or the next one) fails and the pool discards the broken client on release.
+    pool.on('connect', (client) => client.on('error', () => {}));
     db = new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
   } else {
     dialect = 'sqlite';
@@ -90,4 +113,38 @@ export async function pingStore(store: Store): Promise<boolean> {
   } catch {
     return false;
   }
+}
+
+/** SQLSTATE classes and codes that mean the database cannot serve now, not that the request is wrong. */
+const UNAVAILABLE_SQLSTATE = new Set([
+  '57P01', // admin_shutdown: the server is stopping (a fast shutdown ends every session)
+  '57P02', // crash_shutdown
+  '57P03', // cannot_connect_now: starting up or shutting down
+  '53300', // too_many_connections
+]);
+/** Socket errors of a connection to the database. */
+const UNAVAILABLE_ERRNO = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN']);
+/** pg, pg-pool and Kysely report a lost or refused connection by message only. */
+const UNAVAILABLE_MESSAGE =
+  /^(Connection terminated|Client has encountered a connection error|Client was closed and is not queryable|timeout exceeded when trying to connect|Query read timeout|Cannot use a pool after calling end|driver has already been destroyed)/;
+
+/**
+ * True when an error means the database is out of reach for now (stopped, restarting, a network
+ * cut, every connection busy past the timeout; SQLite's write lock held past busy_timeout): the
+ * request may succeed when tried again, so faces answer 503 `unavailable`, never 500. A write that
+ * fails this way was not acknowledged; if its commit reached the server before the connection
+ * dropped it is in, and trying again finds it (or conflicts).
+ */
+export function isDatabaseUnavailable(err: unknown): boolean {
+  if (typeof err !== 'object' || err === null) return false;
+  const { code, message } = err as { code?: unknown; message?: unknown };
+  if (typeof code === 'string') {
+    if (UNAVAILABLE_SQLSTATE.has(code) || UNAVAILABLE_ERRNO.has(code)) return true;
+    // Class 08, connection exception; SQLite's write lock held past busy_timeout.
+    if (/^08[0-9A-Z]{3}$/.test(code) || /^SQLITE_BUSY/.test(code)) return true;
+  }
+  if (typeof message === 'string' && UNAVAILABLE_MESSAGE.test(message)) return true;
+  // Node's connect() to several addresses (localhost: ::1 and 127.0.0.1) fails with all of them.
+  const inner = (err as { errors?: unknown }).errors;
+  return Array.isArray(inner) && inner.length > 0 && inner.every(isDatabaseUnavailable);
 }

@@ -130,7 +130,7 @@ function isTransient(e: unknown): boolean {
 /**
  * Runs imports on one node. `run` applies one job to its end (the request that accepted a small
  * import awaits it); `kick` starts queued jobs in the background; a timer takes over jobs whose
- * node stopped holding them. `stop` waits for the batch in flight.
+ * node stopped holding them. `stop` waits for the batch in flight and gives the leases back.
  */
 export class ImportRunner {
   readonly node = `node_${ulid().toLowerCase()}`;
@@ -147,11 +147,23 @@ export class ImportRunner {
     this.timer.unref();
   }
 
+  /**
+   * Stops after each job's batch in flight, then gives this node's leases back (the lease runs
+   * out now, not in LEASE_MS), so another node's next look, or this one's after a restart, takes
+   * the jobs over at once. A lease the database could not be told about runs out by itself.
+   */
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
     await Promise.allSettled([...this.running.values()]);
+    await this.ctx.store.db
+      .updateTable('import_jobs')
+      .set({ claimed_by: null, claimed_until: new Date().toISOString() })
+      .where('claimed_by', '=', this.node)
+      .where('status', '=', 'running')
+      .execute()
+      .catch((err: unknown) => this.ctx.log?.warn({ err }, 'giving back import leases failed; they run out by themselves'));
   }
 
   /** Starts every job that is queued or whose lease ran out, in the background. */
@@ -210,7 +222,9 @@ export class ImportRunner {
     try {
       // A turn of the event loop before each batch: better-sqlite3 answers synchronously, so
       // without it a background job would hold the process (every other request) to its end.
-      while (!this.stopped && (await yieldToLoop(), await this.batchRetrying(id, caller))) {
+      // On stop a background job ends after its batch in hand; one a request awaits (a single
+      // batch, `caller` set) runs to its end, since shutdown lets requests in flight finish.
+      while ((caller !== undefined || !this.stopped) && (await yieldToLoop(), await this.batchRetrying(id, caller))) {
         /* next batch */
       }
     } catch (e) {

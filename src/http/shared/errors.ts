@@ -1,11 +1,14 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
-import { frameworkError, isServiceError, ServiceError, type ErrorCode } from '../../core/errors.js';
+import { frameworkError, isDatabaseUnavailable, isServiceError, ServiceError, type ErrorCode } from '../../core/errors.js';
 
 /** The REST error body: `{ error: { code, message }, code }` plus any details the error carries. */
 export function errorBody(e: ServiceError): Record<string, unknown> {
   return { error: { code: e.code, message: e.message }, code: e.code, ...(e.details ?? {}) };
 }
+
+/** What a 503 for a lost database asks the caller to wait before trying again. */
+const UNAVAILABLE_RETRY_S = 2;
 
 const BY_STATUS: Record<number, ErrorCode> = {
   400: 'invalid_request',
@@ -49,6 +52,12 @@ export function toServiceError(err: unknown, req: FastifyRequest): ServiceError 
     if (fe.code === 'FST_ERR_CTP_BODY_TOO_LARGE') return new ServiceError(413, 'payload_too_large', 'The request body is too large');
     return frameworkError(status, BY_STATUS[status] ?? 'invalid_request', fe.message ?? 'Bad request');
   }
+  if (isDatabaseUnavailable(err)) {
+    // Not a bug and not the caller's fault: the database is down or restarting. Nothing was
+    // acknowledged; the node serves again by itself when the database is back (/readyz says when).
+    req.log.warn({ err }, 'database unavailable');
+    return new ServiceError(503, 'unavailable', 'The database is unavailable right now; try again shortly');
+  }
   req.log.error({ err }, 'unhandled error');
   return new ServiceError(500, 'internal_error', 'Something went wrong on our side; it has been logged');
 }
@@ -57,5 +66,6 @@ export function sendError(reply: FastifyReply, e: ServiceError): FastifyReply {
   // A back-off decided in the core (per-account sign-in failures) says when to come back.
   const retry = e.details?.retryAfterSeconds;
   if (e.status === 429 && typeof retry === 'number' && !reply.getHeader('retry-after')) reply.header('Retry-After', String(retry));
+  if (e.code === 'unavailable' && !reply.getHeader('retry-after')) reply.header('Retry-After', String(UNAVAILABLE_RETRY_S));
   return reply.code(e.status).type('application/json; charset=utf-8').send(errorBody(e));
 }
