@@ -18,7 +18,7 @@ import { cli, CONTROL, oneCleanLine } from './support.js';
 const PASSWORD = 'correct horse battery';
 const enc = encodeURIComponent;
 
-describe('context-vault import (sqlite, service running)', () => {
+describe('context-vault import (sqlite, service running)', { timeout: 120_000 }, () => {
   let dataDir: string;
   let work: string;
   let env: Record<string, string>;

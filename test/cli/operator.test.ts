@@ -17,7 +17,7 @@ import { cli, CONTROL, oneCleanLine } from './support.js';
 const PASSWORD = 'correct horse battery';
 const NEW_PASSWORD = 'a brand new passphrase';
 
-describe('operator commands (sqlite, service running)', () => {
+describe('operator commands (sqlite, service running)', { timeout: 120_000 }, () => {
   let dataDir: string;
   let env: Record<string, string>;
   let svc: { child: ChildProcess; url: string };
