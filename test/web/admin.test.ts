@@ -2,7 +2,7 @@ import * as OTPAuth from 'otpauth';
 import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { seriousViolations } from '../support/axe.js';
-import { freshEmail, signedInPage, webPerson, type WebPerson } from '../support/web.js';
+import { freshEmail, signedInPage, webPerson, type WebPerson, browse, submit } from '../support/web.js';
 import { chromiumPresent, launchChromium, openPage, screenshot, BROWSER_SUITE } from '../support/browser.js';
 import { testEngines } from '../support/engines.js';
 import { Client, createAgentWithKey, startTestServer, type TestServer } from '../support/server.js';
@@ -27,27 +27,6 @@ async function signIn(base: string, email: string): Promise<Client> {
   const res = await c.post('/api/auth/login', { email, password: PASSWORD });
   expect(res.status, res.text).toBe(200);
   return c;
-}
-
-const cookieOf = (c: Client) => [...c.cookies].map(([k, v]) => `${k}=${v}`).join('; ');
-
-type Answer = { status: number; text: string; location: string | null };
-
-/** A GET as a browser sends it, redirects not followed. */
-async function browse(s: TestServer, c: Client, url: string): Promise<Answer> {
-  const res = await fetch(s.url + url, { headers: { accept: 'text/html', cookie: cookieOf(c) }, redirect: 'manual' });
-  return { status: res.status, text: await res.text(), location: res.headers.get('location') };
-}
-
-/** A form POST as a browser sends it (fields url-encoded), redirects not followed. */
-async function submit(s: TestServer, c: Client, url: string, fields: Record<string, string>): Promise<Answer> {
-  const res = await fetch(s.url + url, {
-    method: 'POST',
-    headers: { accept: 'text/html', cookie: cookieOf(c), 'content-type': 'application/x-www-form-urlencoded' },
-    body: new URLSearchParams(fields).toString(),
-    redirect: 'manual',
-  });
-  return { status: res.status, text: await res.text(), location: res.headers.get('location') };
 }
 
 const totpCode = (secret: string) => new OTPAuth.TOTP({ secret: OTPAuth.Secret.fromBase32(secret), digits: 6, period: 30 }).generate();

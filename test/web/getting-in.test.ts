@@ -6,7 +6,7 @@ import { seriousViolations } from '../support/axe.js';
 import { chromiumPresent, launchChromium, openPage, screenshot, BROWSER_SUITE } from '../support/browser.js';
 import { testEngines } from '../support/engines.js';
 import { Client, startTestServer, type TestServer } from '../support/server.js';
-import { freshEmail, signedInPage, WEB_PASSWORD } from '../support/web.js';
+import { freshEmail, signedInPage, WEB_PASSWORD, webPerson } from '../support/web.js';
 import { MemoryProvider, newMcpClient, oauthTransport, REDIRECT } from '../oauth/support.js';
 
 /**
@@ -22,21 +22,8 @@ import { MemoryProvider, newMcpClient, oauthTransport, REDIRECT } from '../oauth
 const GATE_CSP = "default-src 'none'; style-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 const FORM = 'application/x-www-form-urlencoded';
 
-interface Human {
-  client: Client;
-  id: string;
-  email: string;
-  workspace: { id: string; slug: string; name: string };
-}
-
 /** Signs a human up through the JSON API; the client holds the session. */
-async function human(base: string, name: string): Promise<Human> {
-  const client = new Client(base);
-  const email = freshEmail(name);
-  const res = await client.post('/api/v1/auth/signup', { email, password: WEB_PASSWORD, name });
-  if (res.status !== 201) throw new Error(`signup failed: ${res.status} ${res.text}`);
-  return { client, id: res.body.principal.id, email, workspace: res.body.workspace };
-}
+const human = webPerson;
 
 type Answer = { status: number; text: string; location: string | null; headers: Headers };
 

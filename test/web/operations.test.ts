@@ -4,7 +4,7 @@ import { seriousViolations } from '../support/axe.js';
 import { chromiumPresent, launchChromium, screenshot } from '../support/browser.js';
 import { testEngines } from '../support/engines.js';
 import { Client, createAgentWithKey, startTestServer, type TestServer } from '../support/server.js';
-import { signedInPage, WEB_PASSWORD, webPerson, type WebPerson } from '../support/web.js';
+import { signedInPage, WEB_PASSWORD, webPerson, type WebPerson, browse, submit } from '../support/web.js';
 
 /**
  * The owner's operations screens of the web app (issue 17, src/web/app/operations.ts): the
@@ -19,27 +19,6 @@ import { signedInPage, WEB_PASSWORD, webPerson, type WebPerson } from '../suppor
 const DAY = 86_400_000;
 type Person = WebPerson;
 const person = webPerson;
-
-const cookieOf = (c: Client) => [...c.cookies].map(([k, v]) => `${k}=${v}`).join('; ');
-
-type Answer = { status: number; text: string; location: string | null };
-
-/** A GET as a browser sends it, redirects not followed. */
-async function browse(s: TestServer, c: Client, url: string): Promise<Answer> {
-  const res = await fetch(s.url + url, { headers: { accept: 'text/html', cookie: cookieOf(c) }, redirect: 'manual' });
-  return { status: res.status, text: await res.text(), location: res.headers.get('location') };
-}
-
-/** A form POST as a browser sends it (fields url-encoded), redirects not followed. */
-async function submit(s: TestServer, c: Client, url: string, fields: Record<string, string>): Promise<Answer> {
-  const res = await fetch(s.url + url, {
-    method: 'POST',
-    headers: { accept: 'text/html', cookie: cookieOf(c), 'content-type': 'application/x-www-form-urlencoded' },
-    body: new URLSearchParams(fields).toString(),
-    redirect: 'manual',
-  });
-  return { status: res.status, text: await res.text(), location: res.headers.get('location') };
-}
 
 /** An owner, and an editor and a viewer in the owner's workspace. */
 async function team(s: TestServer) {

@@ -1,3 +1,4 @@
+import { freshEmail, webPerson, type WebPerson } from '../support/web.js';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { chromiumPresent, launchChromium, BROWSER_SUITE } from '../support/browser.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -15,24 +16,10 @@ import { Client, startTestServer, type Res, type TestServer } from '../support/s
 const PASSWORD = 'correct horse battery';
 // The app's stylesheet and nothing else: no script, no inline style (issue 17: the pages share the app's look).
 const CSP = "default-src 'none'; style-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
-let counter = 0;
-const freshEmail = (name: string) => `${name.toLowerCase().replace(/[^a-z]/g, '') || 'user'}-${process.pid}-${++counter}-${Date.now()}@example.com`;
-
-interface Human {
-  client: Client;
-  id: string;
-  email: string;
-  workspace: { id: string; slug: string; name: string };
-}
 
 /** Signs a human up through the JSON API; the client holds the session. */
-async function human(base: string, name: string): Promise<Human> {
-  const client = new Client(base);
-  const email = freshEmail(name);
-  const res = await client.post('/api/v1/auth/signup', { email, password: PASSWORD, name });
-  if (res.status !== 201) throw new Error(`signup failed: ${res.status} ${res.text}`);
-  return { client, id: res.body.principal.id, email, workspace: res.body.workspace };
-}
+const human = webPerson;
+type Human = WebPerson;
 
 /** Turns TOTP on through the JSON API; answers the secret. The current step is used up. */
 async function enrolTotp(c: Client): Promise<string> {

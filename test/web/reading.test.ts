@@ -1,7 +1,7 @@
 import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { seriousViolations } from '../support/axe.js';
-import { signedInPage, webPerson, type WebPerson } from '../support/web.js';
+import { signedInPage, webPerson, type WebPerson, cookieOf, browse, submit } from '../support/web.js';
 import { chromiumPresent, launchChromium, screenshot, BROWSER_SUITE } from '../support/browser.js';
 import { testEngines } from '../support/engines.js';
 import { Client, createAgentWithKey, startTestServer, type TestServer } from '../support/server.js';
@@ -19,30 +19,6 @@ async function write(c: Client, pagePath: string, content: string): Promise<{ id
   const res = await c.post('/api/v1/nodes', { path: pagePath, content, message: `add ${pagePath}` });
   expect(res.status, res.text).toBe(201);
   return res.body;
-}
-
-const cookieOf = (c: Client) => [...c.cookies].map(([k, v]) => `${k}=${v}`).join('; ');
-
-/** A GET as a browser sends it, redirects not followed. */
-async function browse(s: TestServer, c: Client, url: string): Promise<{ status: number; text: string; location: string | null }> {
-  const res = await fetch(s.url + url, { headers: { accept: 'text/html', cookie: cookieOf(c) }, redirect: 'manual' });
-  return { status: res.status, text: await res.text(), location: res.headers.get('location') };
-}
-
-/** A form POST as a browser sends it (fields url-encoded), redirects not followed. */
-async function submit(
-  s: TestServer,
-  c: Client,
-  url: string,
-  fields: Record<string, string>,
-): Promise<{ status: number; text: string; location: string | null }> {
-  const res = await fetch(s.url + url, {
-    method: 'POST',
-    headers: { accept: 'text/html', cookie: cookieOf(c), 'content-type': 'application/x-www-form-urlencoded' },
-    body: new URLSearchParams(fields).toString(),
-    redirect: 'manual',
-  });
-  return { status: res.status, text: await res.text(), location: res.headers.get('location') };
 }
 
 const CODE_PAGE = `# Build notes
