@@ -12,6 +12,7 @@ import type { Principal } from '../../policy/principal.js';
 import { sendAppPage, when } from './layout.js';
 import type { AppKit } from './routes.js';
 import { setWorkspaceCookie } from './workspaces.js';
+import { field, csrfOf } from './forms.js';
 
 /**
  * The web app's own-security screen (issue 17), /app/account: the person's sessions (the
@@ -35,11 +36,6 @@ const NOTICES: Record<string, string> = {
 
 /** As the REST route's workspace name (src/http/routes/workspaces.ts): 1 to 100 characters, no control characters. */
 const WORKSPACE_NAME_RE = /^[^\u0000-\u001f\u007f]{1,100}$/;
-
-function field(body: unknown, name: string): string | undefined {
-  const v = body && typeof body === 'object' ? (body as Record<string, unknown>)[name] : undefined;
-  return typeof v === 'string' ? v : undefined;
-}
 
 /**
  * The QR code of an otpauth URI as inline SVG markup. Only the library's own output goes into the
@@ -246,7 +242,7 @@ export async function accountRoutes(app: FastifyInstance, kit: AppKit): Promise<
       listConnections(ctx, p),
       listWorkspaces(ctx, p),
     ]);
-    const csrf = (await kit.viewerOf(p, req)).csrf;
+    const csrf = csrfOf(req);
     const n = field(req.query, 'notice');
     const note = n && NOTICES[n] ? html`<p class="notice notice-ok" role="status">${NOTICES[n]}</p>` : '';
     const body = html`<h1>Account</h1>
@@ -358,7 +354,7 @@ ${workspacesPart(workspaces, csrf, wsForm)}`;
     }
     if (e.enabled) return reply.code(303).header('location', '/app/account').send();
     const qr = await qrSvg(e.otpauth_uri);
-    const csrf = (await kit.viewerOf(p, req)).csrf;
+    const csrf = csrfOf(req);
     return send(reply, req, p, 200, 'Set up two-step verification', totpSetupBody(qr, e.otpauth_uri, e.secret, csrf, null));
   });
 
@@ -366,7 +362,7 @@ ${workspacesPart(workspaces, csrf, wsForm)}`;
   app.post('/account/totp/verify', kit.opts, async (req, reply) => {
     const p = await kit.formPrincipal(req);
     const code = (field(req.body, 'code') ?? '').replace(/\s+/g, '');
-    const csrf = (await kit.viewerOf(p, req)).csrf;
+    const csrf = csrfOf(req);
     if (!/^\d{6,8}$/.test(code))
       return send(reply, req, p, 400, 'Set up two-step verification', totpSetupBody(null, null, null, csrf, 'Enter the 6-digit code.'));
     try {

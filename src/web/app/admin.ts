@@ -20,6 +20,7 @@ import { ACTIONS, ROLES, type Action, type Grant, type Principal, type Role } fr
 import { atOrBelow, LEVELS, type Level } from '../../policy/sensitivity.js';
 import { badge, sendAppPage, when } from './layout.js';
 import type { AppKit } from './routes.js';
+import { field, stepUpRedirect, csrfOf } from './forms.js';
 
 /**
  * The web app's administering screens (issue 17): agents (create with grants and a ceiling,
@@ -50,11 +51,6 @@ const NOTICES: Record<string, string> = {
   invite_revoked: 'Invite revoked.',
 };
 
-function field(body: unknown, name: string): string | undefined {
-  const v = body && typeof body === 'object' ? (body as Record<string, unknown>)[name] : undefined;
-  return typeof v === 'string' ? v : undefined;
-}
-
 function notice(query: unknown): SafeHtml {
   const n = field(query, 'notice');
   const text = n ? NOTICES[n] : undefined;
@@ -68,13 +64,6 @@ const isRole = (v: string | undefined): v is Role => (ROLES as readonly string[]
 /** A refusal the person can act on (4xx, not 401), shown on the form's page; anything else goes to the app's error page. */
 function formError(err: unknown): ServiceError | null {
   return isServiceError(err) && err.status >= 400 && err.status < 500 && err.status !== 401 && err.code !== 'csrf_failed' ? err : null;
-}
-
-function stepUpRedirect(reply: FastifyReply, back: string): FastifyReply {
-  return reply
-    .code(303)
-    .header('location', `/app/stepup?next=${encodeURIComponent(back)}`)
-    .send();
 }
 
 function levelOptions(levels: readonly Level[], selected: string): SafeHtml[] {
@@ -472,7 +461,7 @@ export async function adminRoutes(app: FastifyInstance, kit: AppKit): Promise<vo
         keys: mine ? await listKeys(ctx, p, a.id) : null,
       });
     }
-    const csrf = (await kit.viewerOf(p, req)).csrf;
+    const csrf = csrfOf(req);
     return send(reply, req, p, status, 'Agents', agentsBody(rows, createAgentForm(p, csrf, form), notice(req.query)), 'agents');
   }
 
@@ -502,7 +491,7 @@ export async function adminRoutes(app: FastifyInstance, kit: AppKit): Promise<vo
     const keys = await listKeys(ctx, p, id);
     const agent = (await getAgent(ctx, p, id)) as AgentRecord;
     const creator = agent.creator ? ((await names(p)).get(agent.creator) ?? 'a former member') : 'the operator';
-    const csrf = (await kit.viewerOf(p, req)).csrf;
+    const csrf = csrfOf(req);
     return send(reply, req, p, status, agent.name, agentBody(p, agent, creator, keys, csrf, notice(req.query), mintError), 'agents');
   }
 
@@ -558,7 +547,7 @@ export async function adminRoutes(app: FastifyInstance, kit: AppKit): Promise<vo
   async function membersPage(req: FastifyRequest, reply: FastifyReply, p: Principal, status: number, inviteError: string | null) {
     const members = await listMembers(ctx, p);
     const invites = p.role === 'owner' ? await listInvites(ctx, p) : null;
-    const csrf = (await kit.viewerOf(p, req)).csrf;
+    const csrf = csrfOf(req);
     return send(reply, req, p, status, 'Members', membersBody(p, members, invites, csrf, notice(req.query), inviteError), 'members');
   }
 

@@ -1,6 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import { CSRF_COOKIE } from '../../auth/sessions.js';
 import { isServiceError, type ServiceError } from '../../core/errors.js';
 import { readableLinkTargets } from '../../core/pages/link-targets.js';
 import { ARCHIVE_REASONS, analyzeContent, MAX_PAGE_BYTES, type ArchiveReason } from '../../core/pages/content.js';
@@ -20,6 +19,7 @@ import type { Principal } from '../../policy/principal.js';
 import { sendAppPage, when } from './layout.js';
 import { linkKey, pageUrl, renderMarkdown } from './markdown.js';
 import type { AppKit } from './routes.js';
+import { field, csrfOf } from './forms.js';
 
 /**
  * The web app's writing pages (issue 17): a new page, the editor (preview, save with the base
@@ -69,11 +69,6 @@ const NOTICES = {
 type Notice = keyof typeof NOTICES;
 
 /* ------------------------------------------------------------- form input */
-
-function field(body: unknown, name: string): string | undefined {
-  const v = body && typeof body === 'object' ? (body as Record<string, unknown>)[name] : undefined;
-  return typeof v === 'string' ? v : undefined;
-}
 
 /** Browsers send a textarea's line breaks as CRLF; pages are stored with LF. */
 const lf = (text: string) => text.replace(/\r\n?/g, '\n');
@@ -392,7 +387,6 @@ ${current ? html`<pre class="source" tabindex="0" aria-label="Current text">${cu
 /* ----------------------------------------------------------------- routes */
 
 /** The session's CSRF token, which every form of the page carries (the layout's Viewer holds the same). */
-const csrfOf = (req: FastifyRequest) => req.cookies[CSRF_COOKIE] ?? '';
 
 export async function editRoutes(app: FastifyInstance, kit: AppKit): Promise<void> {
   const { ctx } = kit;

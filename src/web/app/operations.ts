@@ -12,6 +12,7 @@ import { findReadablePage } from '../../retrieval/lookup.js';
 import { sendAppPage, when } from './layout.js';
 import { pageUrl } from './markdown.js';
 import type { AppKit } from './routes.js';
+import { field, stepUpRedirect, csrfOf } from './forms.js';
 
 /**
  * The owner's operations screens of the web app (issue 17): lockdown, elevations, the audit log
@@ -30,24 +31,12 @@ const DETAIL_CHARS = 240;
 /** The REST route's bound on an elevation's reason (POST /api/v1/elevations). */
 const REASON_MAX = 500;
 
-function field(body: unknown, name: string): string | undefined {
-  const v = body && typeof body === 'object' ? (body as Record<string, unknown>)[name] : undefined;
-  return typeof v === 'string' ? v : undefined;
-}
-
 /** A refusal the person can act on (4xx but 401, 403 and CSRF), shown on the form; anything else goes to the error page. */
 function formError(err: unknown): ServiceError | null {
   return isServiceError(err) && err.status >= 400 && err.status < 500 && err.status !== 401 && err.status !== 403 ? err : null;
 }
 
 const isStepUp = (err: unknown) => isServiceError(err) && err.code === 'step_up_required';
-
-function stepUpRedirect(reply: FastifyReply, back: string): FastifyReply {
-  return reply
-    .code(303)
-    .header('location', `/app/stepup?next=${encodeURIComponent(back)}`)
-    .send();
-}
 
 const crumbs = (here: string) =>
   html`<nav class="crumbs" aria-label="Breadcrumb"><a href="/app/admin">Admin</a> / <span aria-current="page">${here}</span></nav>`;
@@ -384,7 +373,6 @@ export async function operationsRoutes(app: FastifyInstance, kit: AppKit): Promi
   async function send(req: FastifyRequest, reply: FastifyReply, p: Principal, status: number, title: string, body: SafeHtml) {
     return sendAppPage(reply, status, await kit.viewerOf(p, req), { title, body, current: 'operations' });
   }
-  const csrfOf = async (p: Principal, req: FastifyRequest) => (await kit.viewerOf(p, req)).csrf;
 
   app.get('/admin', kit.opts, async (req, reply) => {
     const p = req.principal!;
@@ -398,7 +386,7 @@ export async function operationsRoutes(app: FastifyInstance, kit: AppKit): Promi
     const elevations = await listElevations(ctx, p);
     const invites = (await listInvites(ctx, p)).filter((i) => i.state === 'pending');
     const agents = (await listPrincipals(ctx, p)).filter((x) => x.kind === 'agent');
-    const body = lockdownBody(await csrfOf(p, req), { agents: agents.length, invites: invites.length, elevations: elevations.length }, error);
+    const body = lockdownBody(csrfOf(req), { agents: agents.length, invites: invites.length, elevations: elevations.length }, error);
     return send(req, reply, p, status, 'Lockdown', body);
   }
 
@@ -428,7 +416,7 @@ export async function operationsRoutes(app: FastifyInstance, kit: AppKit): Promi
     const names = new Map(all.map((x) => [x.id, x.name]));
     // Suspended agents are left out: the core refuses to elevate them (adopt first, on the API).
     const agents = all.filter((x) => x.kind === 'agent' && !('suspended_at' in x && x.suspended_at));
-    return send(req, reply, p, status, 'Elevations', elevationsBody(await csrfOf(p, req), agents, names, live, f, done));
+    return send(req, reply, p, status, 'Elevations', elevationsBody(csrfOf(req), agents, names, live, f, done));
   }
 
   const emptyElevation = (): ElevationForm => ({ agent: '', minutes: '60', reason: '' });
@@ -517,7 +505,7 @@ ${
 
   async function lifecyclePage(req: FastifyRequest, reply: FastifyReply, p: Principal, result: LifecycleRunResult | null) {
     const rep = await lifecycleReport(ctx, p);
-    return send(req, reply, p, 200, 'Lifecycle', lifecycleBody(p.role === 'owner', await csrfOf(p, req), rep, result));
+    return send(req, reply, p, 200, 'Lifecycle', lifecycleBody(p.role === 'owner', csrfOf(req), rep, result));
   }
 
   app.get('/lifecycle', kit.opts, async (req, reply) => lifecyclePage(req, reply, req.principal!, null));

@@ -7,6 +7,7 @@ import type { Principal } from '../../policy/principal.js';
 import { safeNext } from '../pages.js';
 import { sendAppPage } from './layout.js';
 import type { AppKit } from './routes.js';
+import { field } from './forms.js';
 
 /**
  * The step-up prompt of the web app (issue 17): an action the core refused with 403
@@ -21,11 +22,6 @@ import type { AppKit } from './routes.js';
 function appNext(raw: unknown): string {
   const n = safeNext(raw);
   return n && (n === '/app' || n.startsWith('/app/')) ? n : '/app';
-}
-
-function field(body: unknown, name: string): string | undefined {
-  const v = body && typeof body === 'object' ? (body as Record<string, unknown>)[name] : undefined;
-  return typeof v === 'string' ? v : undefined;
 }
 
 function stepUpBody(totp: boolean, next: string, csrf: string, error: string | null): SafeHtml {

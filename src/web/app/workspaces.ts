@@ -6,6 +6,7 @@ import { html, type SafeHtml } from '../../http/shared/html.js';
 import { resolvePageSession } from '../../http/shared/page-session.js';
 import type { Principal } from '../../policy/principal.js';
 import type { AppKit } from './routes.js';
+import { field } from './forms.js';
 
 /**
  * Which workspace the web app shows (issue 17): a person in several picks one in the navigation's
@@ -65,11 +66,6 @@ export async function switcherFor(ctx: CoreContext, p: Principal, csrf: string):
   return workspaceSwitcher(await listWorkspaces(ctx, p), csrf);
 }
 
-function field(body: unknown, name: string): string | undefined {
-  const v = body && typeof body === 'object' ? (body as Record<string, unknown>)[name] : undefined;
-  return typeof v === 'string' ? v : undefined;
-}
-
 export async function workspaceRoutes(app: FastifyInstance, kit: AppKit): Promise<void> {
   const { ctx } = kit;
 
@@ -80,10 +76,14 @@ export async function workspaceRoutes(app: FastifyInstance, kit: AppKit): Promis
    */
   app.post('/workspace', kit.opts, async (req, reply) => {
     const chosen = field(req.body, 'workspace') ?? '';
-    // Signed in, with this page's form, before anything about the choice is answered.
-    await kit.formPrincipal(req);
-    if (!WORKSPACE_ID_RE.test(chosen)) throw badRequest('Choose a workspace from the list.');
-    const r = await resolvePageSession(ctx, req, { csrf: field(req.body, 'csrf') ?? '', unsafe: true, workspace: chosen });
+    const csrf = field(req.body, 'csrf') ?? '';
+    // Signed in, with this page's form, before anything about the choice is answered: the session
+    // in its own workspace (not the cookie's, which may be the stale one being replaced).
+    if (!WORKSPACE_ID_RE.test(chosen)) {
+      const own = await resolvePageSession(ctx, req, { csrf, unsafe: true });
+      throw own.ok ? badRequest('Choose a workspace from the list.') : own.error;
+    }
+    const r = await resolvePageSession(ctx, req, { csrf, unsafe: true, workspace: chosen });
     if (!r.ok) {
       if (r.error.code === 'workspace_not_found') throw notFound('You are not a member of that workspace.', 'workspace_not_found');
       throw r.error;
