@@ -6,6 +6,7 @@
  */
 import os from 'node:os';
 import { benchBytesPerCommit, snapshotBeforeSeed } from './bytes.js';
+import { benchEngines, ENGINES_SIZES } from './engines.js';
 import { benchGit } from './git.js';
 import { benchImport } from './import.js';
 import { benchMcp } from './mcp.js';
@@ -15,7 +16,7 @@ import { RETRIEVAL_NAMES, runRetrievalBenches } from './retrieval-suite.js';
 import { cleanupAllSync, fsyncProbe, installCleanupHandlers, loadAverage, log, makeTempDir, removeTempDir, round } from './util.js';
 import { benchCoreWrites, benchRestWrites, closeFixture, seedFolder, setupFixture, type Fixture } from './writes.js';
 
-const NAMES = ['writes', 'bytes_per_commit', 'reads', 'mcp', 'mcp_session', 'git', 'import', ...RETRIEVAL_NAMES] as const;
+const NAMES = ['writes', 'bytes_per_commit', 'reads', 'mcp', 'mcp_session', 'git', 'import', 'engines', ...RETRIEVAL_NAMES] as const;
 type Name = (typeof NAMES)[number];
 
 class UsageError extends Error {}
@@ -125,6 +126,12 @@ async function main(): Promise<void> {
     // Seeds its own workspace of seedPages pages (the writes fixture is gone by now).
     out.git = await benchGit({ pages: size.seedPages, seedMaxS: size.seedMaxS });
     loads.after_git = loadAverage();
+  }
+
+  if (only.has('engines')) {
+    // SQLite and PostgreSQL side by side (issue 18); {skipped} with a loud stderr line when PostgreSQL does not answer.
+    out.engines = await benchEngines(quick ? ENGINES_SIZES.quick : ENGINES_SIZES.full);
+    loads.after_engines = loadAverage();
   }
 
   await runRetrievalBenches(only, quick, out, loads);

@@ -3,7 +3,7 @@ import fastifySwagger from '@fastify/swagger';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { jsonSchemaTransform, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
 import type { CoreContext } from './core/context.js';
-import { notFound } from './core/errors.js';
+import { notFound, ServiceError } from './core/errors.js';
 import { authFace } from './http/auth-face.js';
 import { trustProxyOption } from './http/client-ip.js';
 import { healthFace } from './http/health-face.js';
@@ -54,6 +54,8 @@ export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise
     trustProxy: trustProxyOption(ctx.config.trustProxy),
     // Page paths travel URL-encoded in :id; keep params decoded but refuse nothing valid.
     routerOptions: { maxParamLength: 1000 },
+    // A request that reaches a closing node gets the service's own 503 (below), not Fastify's body.
+    return503OnClosing: false,
   });
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
@@ -65,8 +67,15 @@ export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise
   });
 
   // Every answer says what it is: no browser may sniff page markdown (or anything) into HTML.
+  let closing = false;
   app.addHook('onRequest', async (_req, reply) => {
     reply.header('X-Content-Type-Options', 'nosniff');
+    // Draining (SIGTERM): a request on a kept-alive connection is refused in the service's shape,
+    // with Retry-After; a proxy or client sends it to another node.
+    if (closing) throw new ServiceError(503, 'unavailable', 'This node is shutting down; try again (another node may answer)');
+  });
+  app.addHook('preClose', async () => {
+    closing = true;
   });
 
   app.setErrorHandler((err, req, reply) => sendError(reply, toServiceError(err, req)));

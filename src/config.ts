@@ -12,6 +12,7 @@ const schema = z.object({
     .string()
     .regex(/^postgres(ql)?:\/\//, 'must be a postgres:// or postgresql:// URL')
     .optional(),
+  DATABASE_POOL_MAX: z.coerce.number().int().min(2).max(1000).default(10),
   PUBLIC_URL: z.string().url().optional(),
   SIGNUPS: z.enum(['open', 'invite']).default('open'),
   LOG_LEVEL: z.enum(LOG_LEVELS).default('info'),
@@ -54,6 +55,8 @@ export interface Config {
   /** SQLite page cache of the database connection, in MiB. */
   sqliteCacheMb: number;
   databaseUrl: string | undefined;
+  /** Connections of the main PostgreSQL pool of one process (docs/deploy.md, sizing). */
+  databasePoolMax: number;
   publicUrl: string;
   signups: 'open' | 'invite';
   logLevel: (typeof LOG_LEVELS)[number];
@@ -173,6 +176,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     dataDir: path.resolve(c.DATA_DIR),
     sqliteCacheMb: c.SQLITE_CACHE_MB,
     databaseUrl: c.DATABASE_URL,
+    databasePoolMax: c.DATABASE_POOL_MAX,
     publicUrl: (c.PUBLIC_URL ?? `http://${hostForUrl}:${c.PORT}`).replace(/\/+$/, ''),
     signups: c.SIGNUPS,
     logLevel: c.LOG_LEVEL,

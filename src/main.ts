@@ -3,6 +3,7 @@ import { ConfigError, loadConfig, type Config } from './config.js';
 import { hasAnyHuman } from './core/accounts.js';
 import { SHUTDOWN_GRACE_MS, startServer } from './server.js';
 import { openStore } from './store/db.js';
+import { SchemaAheadError } from './store/migrate.js';
 
 /** After the requests' grace, how long the jobs' batches in hand and the store may take to stop. */
 const SHUTDOWN_JOBS_MS = 60_000;
@@ -33,8 +34,21 @@ async function main(argv: string[]): Promise<void> {
     throw e;
   }
   if (command === 'migrate') {
-    const store = await openStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, cacheMb: config.sqliteCacheMb });
-    await store.close();
+    try {
+      const store = await openStore({
+        dataDir: config.dataDir,
+        databaseUrl: config.databaseUrl,
+        cacheMb: config.sqliteCacheMb,
+        poolMax: config.databasePoolMax,
+      });
+      await store.close();
+    } catch (e) {
+      if (e instanceof SchemaAheadError) {
+        console.error(e.message);
+        process.exit(2);
+      }
+      throw e;
+    }
     console.log('migrations applied');
     return;
   }
@@ -42,8 +56,9 @@ async function main(argv: string[]): Promise<void> {
   try {
     server = await startServer(config);
   } catch (e) {
-    // Some settings (ALLOWED_HOSTS entries) are checked when the app is built.
-    if (e instanceof ConfigError) {
+    // Some settings (ALLOWED_HOSTS entries) are checked when the app is built; a database a newer
+    // version migrated is refused before anything is served.
+    if (e instanceof ConfigError || e instanceof SchemaAheadError) {
       console.error(e.message);
       process.exit(2);
     }

@@ -10,12 +10,15 @@ import { Notifier } from './core/notifier.js';
 import { openStore } from './store/db.js';
 import { listen } from './store/listen.js';
 import { RetrievalRuntime } from './retrieval/runtime.js';
+import { StatisticsKeeper } from './store/statistics.js';
 
 export interface RunningServer {
   app: FastifyInstance;
   ctx: CoreContext;
   /** The lifecycle job's timer (tests call its `tick` with their own clock). */
   lifecycle: LifecycleScheduler;
+  /** PostgreSQL's planner statistics kept current (tests call its `tick`). */
+  statistics: StatisticsKeeper;
   url: string;
   /**
    * Shuts down gracefully: stops accepting connections, ends inbox long-polls with their empty
@@ -33,7 +36,7 @@ const REAP_IDLE_MS = 50;
 
 /** Opens the store, builds the app and listens; `close` drains requests, flushes and closes the store. */
 export async function startServer(config: Config, opts: AppOptions = {}): Promise<RunningServer> {
-  const store = await openStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, cacheMb: config.sqliteCacheMb });
+  const store = await openStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, cacheMb: config.sqliteCacheMb, poolMax: config.databasePoolMax });
   const touches = new TouchBuffer(store);
   touches.start();
   const notifier = new Notifier();
@@ -62,6 +65,8 @@ export async function startServer(config: Config, opts: AppOptions = {}): Promis
   // Imports accepted before a crash or restart (or left by a node that stopped) are finished.
   const imports = importRunner(ctx);
   imports.start();
+  const statistics = new StatisticsKeeper(store, (err) => app.log.warn({ err }, 'refreshing the planner statistics failed'));
+  statistics.start();
   const addr = app.server.address();
   const port = typeof addr === 'object' && addr ? addr.port : config.port;
   const host = config.host.includes(':') ? `[${config.host}]` : config.host;
@@ -71,6 +76,7 @@ export async function startServer(config: Config, opts: AppOptions = {}): Promis
     app,
     ctx,
     lifecycle,
+    statistics,
     url: `http://${host}:${port}`,
     close: ({ graceMs = SHUTDOWN_GRACE_MS } = {}) => (closed ??= shutdown(graceMs)),
   };
@@ -87,7 +93,7 @@ export async function startServer(config: Config, opts: AppOptions = {}): Promis
     const cut = setTimeout(() => app.server.closeAllConnections(), graceMs);
     // Background jobs take no new batch from now on (their batches would compete with the
     // requests being drained) and give their leases back while the requests finish.
-    const jobs = Promise.all([lifecycle.stop(), imports.stop()]);
+    const jobs = Promise.all([lifecycle.stop(), imports.stop(), statistics.stop()]);
     try {
       // Stops listening at once (new connections are refused); preClose hooks end long-polls.
       await app.close();

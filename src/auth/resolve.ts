@@ -1,4 +1,5 @@
 import { isIP } from 'node:net';
+import { sql } from 'kysely';
 import type { CoreContext } from '../core/context.js';
 import { forbidden, notFound, unauthorized } from '../core/errors.js';
 import { toGrant, toLevel } from '../core/principal-loader.js';
@@ -26,30 +27,40 @@ export interface Credentials {
 /** How fresh a key's last_used_at and a session's last_seen_at are kept. */
 const KEY_USE_RESOLUTION_MS = 60_000;
 
-/** Loads an agent's grants in their stored order. */
-export async function loadGrants(ctx: CoreContext, principalId: string): Promise<Grant[]> {
-  const rows = await ctx.store.db
-    .selectFrom('grants')
-    .select(['action', 'scope', 'ceiling'])
-    .where('principal_id', '=', principalId)
-    .orderBy('position')
-    .execute();
-  return rows.map(toGrant);
-}
-
 function sameIp(a: string, b: string): boolean {
   const strip = (x: string) => (x.startsWith('::ffff:') && isIP(x.slice(7)) === 4 ? x.slice(7) : x);
   return strip(a) === strip(b);
 }
 
-/** A human's role in a workspace now, or null when they are not (or no longer) a member. */
-async function roleOf(db: CoreContext['store']['db'], workspaceId: string, principalId: string): Promise<Role | null> {
-  const m = await db.selectFrom('members').select('role').where('workspace_id', '=', workspaceId).where('principal_id', '=', principalId).executeTakeFirst();
-  return (m?.role as Role | undefined) ?? null;
+/**
+ * What an agent key's request needs beyond the key row, as subqueries of the one lookup: on
+ * PostgreSQL each separate query was a round trip on every request (issue 18). Grants come as a
+ * JSON array of [action, scope, ceiling] in their stored order.
+ */
+function keyExtras(ctx: CoreContext, nowIso: string) {
+  const grants =
+    ctx.store.dialect === 'postgres'
+      ? sql<string>`(select coalesce(json_agg(json_build_array(g.action, g.scope, g.ceiling) order by g.position), '[]')::text from grants g where g.principal_id = principals.id)`
+      : sql<string>`(select json_group_array(json_array(g.action, g.scope, g.ceiling)) from (select action, scope, ceiling from grants where principal_id = principals.id order by position) g)`;
+  return {
+    grants: grants.as('grantList'),
+    elevatedUntil: sql<
+      string | null
+    >`(select max(e.expires_at) from elevations e where e.agent_id = principals.id and e.revoked_at is null and e.expires_at > ${nowIso})`.as('elevatedUntil'),
+    creatorRole: sql<
+      string | null
+    >`(select m.role from members m where m.workspace_id = agent_keys.workspace_id and m.principal_id = principals.created_by)`.as('creatorRole'),
+  };
+}
+
+function parseGrants(json: string): Grant[] {
+  return (JSON.parse(json) as [string, string, string][]).map(([action, scope, ceiling]) => toGrant({ action, scope, ceiling }));
 }
 
 async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): Promise<Principal> {
   const db = ctx.store.db;
+  const now = Date.now();
+  const extras = keyExtras(ctx, new Date(now).toISOString());
   const key = await db
     .selectFrom('agent_keys')
     .innerJoin('principals', 'principals.id', 'agent_keys.principal_id')
@@ -71,6 +82,9 @@ async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): P
       'workspaces.id as workspaceId',
       'workspaces.slug',
       'workspaces.token_epoch',
+      extras.grants,
+      extras.elevatedUntil,
+      extras.creatorRole,
     ])
     .where('agent_keys.token_hash', '=', hashSecret(secret))
     .executeTakeFirst();
@@ -78,19 +92,11 @@ async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): P
   const dead = () => unauthorized('The agent key is invalid, expired or revoked', 'invalid_token');
   // A suspended agent (its creator left the workspace) is as dead as a revoked key.
   if (!key || key.revoked_at || key.deleted_at || key.suspended_at || key.epoch !== key.token_epoch) throw dead();
-  if (key.expires_at && Date.parse(key.expires_at) <= Date.now()) throw dead();
+  if (key.expires_at && Date.parse(key.expires_at) <= now) throw dead();
   if (key.ip_pin && !sameIp(key.ip_pin, c.ip)) throw unauthorized('This key is pinned to another IP address', 'invalid_token');
   if (c.workspace && c.workspace !== key.workspaceId && c.workspace !== key.slug) {
     throw notFound(`Workspace ${c.workspace} not found`, 'workspace_not_found');
   }
-  const now = Date.now();
-  const elevation = await db
-    .selectFrom('elevations')
-    .select((eb) => eb.fn.max('expires_at').as('until'))
-    .where('agent_id', '=', key.principalId)
-    .where('revoked_at', 'is', null)
-    .where('expires_at', '>', new Date(now).toISOString())
-    .executeTakeFirst();
   if (!key.last_used_at || now - Date.parse(key.last_used_at) > KEY_USE_RESOLUTION_MS) {
     // At most one write per key per minute: a hot key must not put an fsync on every request.
     await db
@@ -106,16 +112,16 @@ async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): P
     workspaceId: key.workspaceId,
     workspaceSlug: key.slug,
     role: null,
-    grants: await loadGrants(ctx, key.principalId),
+    grants: parseGrants(key.grantList),
     agentCeiling: toLevel(key.agentCeiling),
     keyCeiling: toLevel(key.keyCeiling),
     via: 'key',
     sessionId: null,
     keyId: key.keyId,
     stepUpAt: null,
-    elevatedUntil: elevation?.until ?? null,
+    elevatedUntil: key.elevatedUntil ?? null,
     createdBy: key.created_by,
-    creatorRole: key.created_by ? await roleOf(db, key.workspaceId, key.created_by) : null,
+    creatorRole: key.created_by ? ((key.creatorRole as Role | null) ?? null) : null,
   };
 }
 

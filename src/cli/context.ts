@@ -22,7 +22,7 @@ export interface OperatorSession {
 
 export async function openDeployment(): Promise<OperatorSession> {
   const config = loadConfig();
-  const store = await openStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, cacheMb: config.sqliteCacheMb });
+  const store = await openStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, cacheMb: config.sqliteCacheMb, poolMax: config.databasePoolMax });
   const ctx: CoreContext = {
     store,
     config,

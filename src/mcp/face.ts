@@ -62,9 +62,12 @@ export async function mcpFace(face: FastifyInstance): Promise<void> {
   const shared = buildShared();
   // Servers are reused, one request at a time each: building one per request was a tenth of a call.
   const idle: McpServer[] = [];
-  // Long-polls in flight end when the server closes.
+  // Long-polls in flight end when the server closes; one whose request was still on its way in
+  // (authentication) when the close began ends as soon as it gets here.
   const inFlight = new Set<AbortController>();
+  let closing = false;
   face.addHook('preClose', async () => {
+    closing = true;
     for (const ac of inFlight) ac.abort();
   });
 
@@ -109,6 +112,7 @@ export async function mcpFace(face: FastifyInstance): Promise<void> {
     }
     const ac = new AbortController();
     inFlight.add(ac);
+    if (closing) ac.abort();
     const mcp = idle.pop() ?? buildServer(ctx, shared, face.log);
     const transport = new ExchangeTransport();
     const raw = reply.raw;

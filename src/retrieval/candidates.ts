@@ -189,13 +189,27 @@ export async function keywordCandidates(ctx: RetrievalContext, p: Principal, sco
   if (ctx.store.dialect === 'postgres') {
     // The tsquery is written out in place so the planner sees a constant and uses the GIN index.
     const tq = pgTsQuery(terms, op);
+    // The plan bounds the sections ranked, as on SQLite (keyword-plan.ts): all matches when the
+    // words are rare enough, else only the newest `newest` of them, or (every word common) the
+    // newest matches unranked. ts_rank_cd reads each ranked section's whole tsvector.
+    const matches = (n: number) => sql`
+      select s.id from page_sections s join pages p on p.id = s.page_id
+      where s.tsv @@ ${tq} and s.workspace_id = ${p.workspaceId} and ${w}
+      order by s.id desc limit ${n}`;
     rows = (
-      await sql<Candidate>`
-      select ${COLS}, ts_rank_cd(s.tsv, ${tq}) as score
-      from page_sections s join pages p on p.id = s.page_id
-      where s.tsv @@ ${tq} and ${w}
-      order by score desc, s.id
-      limit ${limit}`.execute(db)
+      plan.scored && plan.newest === null
+        ? await sql<Candidate>`
+          select ${COLS}, ts_rank_cd(s.tsv, ${tq}) as score
+          from page_sections s join pages p on p.id = s.page_id
+          where s.tsv @@ ${tq} and s.workspace_id = ${p.workspaceId} and ${w}
+          order by score desc, s.id
+          limit ${limit}`.execute(db)
+        : await sql<Candidate>`
+          with m as materialized (${matches(plan.scored ? plan.newest! : prefilter(limit, false))})
+          select ${COLS}, ${plan.scored ? sql`ts_rank_cd(s.tsv, ${tq})` : sql`0.0`} as score
+          from m join page_sections s on s.id = m.id join pages p on p.id = s.page_id
+          order by score desc, ${plan.scored ? sql`s.id` : sql`s.id desc`}
+          limit ${limit}`.execute(db)
     ).rows;
   } else {
     // The workspace's index of what the caller's widest ceiling reads (keyword-index.ts): no

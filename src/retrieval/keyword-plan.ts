@@ -1,7 +1,8 @@
 import { sql, type RawBuilder } from 'kysely';
 import { stemmer } from 'stemmer';
 import type { Store } from '../store/db.js';
-import type { Level } from '../policy/sensitivity.js';
+import { atOrBelow, LEVELS, type Level } from '../policy/sensitivity.js';
+import { pgTsQuery } from './keyword.js';
 import { hasKeywordIndex, keywordTable, vocabTable } from './keyword-index.js';
 
 /**
@@ -34,7 +35,7 @@ export interface KeywordPlan {
 }
 
 /**
- * The plan from the words' section counts (`docs`, null on PostgreSQL: every match is scored).
+ * The plan from the words' section counts (`docs`; null: every match is scored).
  * - Common words are left out when a rarer word remains, as stop words are: a section need not
  *   hold them. When every word is common, the query ranks the newest sections holding them all
  *   (any, for the any-word fallback).
@@ -76,17 +77,19 @@ export interface CountScope {
 }
 
 /**
- * How many sections the caller may see hold each query term (null on PostgreSQL, where counting
- * would mean a scan), for keywordPlan.
+ * How many sections the caller may see hold each query term, for keywordPlan.
  *
  * The plan changes what a caller sees, so no other workspace's pages and no page the caller
- * cannot see may move it (issue 11). The count is the vocabulary of the caller's keyword table,
- * which holds only the workspace's sections at or below its ceiling: exact for a caller that
- * sees every such section. For a caller whose reach is narrower (`visibility`), the sections it
- * may reach are counted, stopping past COMMON_DOCS (past it a count only says "common"), and
- * uncached.
+ * cannot see may move it (issue 11).
+ * - SQLite: the vocabulary of the caller's keyword table, which holds only the workspace's
+ *   sections at or below its ceiling: exact for a caller that sees every such section.
+ * - PostgreSQL (issue 18): the workspace's sections at or below the ceiling that hold the word,
+ *   counted from the GIN index and stopping past COMMON_DOCS; common words' counts are cached.
+ * For a caller whose reach is narrower (`visibility`), the sections it may reach are counted,
+ * stopping past COMMON_DOCS (past it a count only says "common"), and uncached.
  */
 export async function termDocCounts(store: Store, terms: string[], scope: CountScope): Promise<Map<string, number> | null> {
+  if (store.dialect === 'postgres') return pgCounts(store, terms, scope);
   const table = await tableCounts(store, terms, scope.workspaceId, scope.ceiling);
   if (table === null || !scope.visibility) return table;
   const fts = keywordTable(scope.workspaceId, scope.ceiling);
@@ -112,9 +115,45 @@ export async function termDocCounts(store: Store, terms: string[], scope: CountS
   return out;
 }
 
+/**
+ * PostgreSQL's counts: live sections of the workspace at or below the ceiling (and within
+ * `visibility`) holding the word, up to COMMON_DOCS + 1. A stop word (no lexeme: the index
+ * never holds it) counts as common, so the plan leaves it out as FTS5's bm25 all but ignores it.
+ */
+async function pgCounts(store: Store, terms: string[], scope: CountScope): Promise<Map<string, number>> {
+  let cache = countCaches.get(store);
+  if (!cache) countCaches.set(store, (cache = new Map()));
+  const now = Date.now();
+  const levels = LEVELS.filter((l) => atOrBelow(l, scope.ceiling));
+  const out = new Map<string, number>();
+  for (const t of terms) {
+    if (out.has(t)) continue;
+    const key = `${scope.workspaceId}|${scope.ceiling}|pg|${t}`;
+    const hit = scope.visibility ? undefined : cache.get(key);
+    if (hit && now - hit.at <= COUNT_TTL_MS) {
+      out.set(t, hit.n);
+      continue;
+    }
+    const q = pgTsQuery([t], 'AND');
+    const r = await sql<{ nodes: number; n: number }>`select numnode(${q}) as nodes, (select count(*) from (
+      select 1 from page_sections s join pages p on p.id = s.page_id
+      where s.tsv @@ ${q} and s.workspace_id = ${scope.workspaceId} and p.deleted_at is null
+        and p.sensitivity in (${sql.join(levels)}) and (s.block_level is null or s.block_level in (${sql.join(levels)}))
+        ${scope.visibility ? sql`and ${scope.visibility}` : sql``}
+      limit ${COMMON_DOCS + 1}) m) as n`.execute(store.db);
+    const row = r.rows[0];
+    const n = row && Number(row.nodes) === 0 ? COMMON_DOCS + 1 : Number(row?.n ?? 0);
+    out.set(t, n);
+    if (!scope.visibility && n >= CACHE_FROM) {
+      if (cache.size >= COUNT_CACHE_MAX) cache.clear();
+      cache.set(key, { n, at: now });
+    }
+  }
+  return out;
+}
+
 /** Sections of the workspace's table at `ceiling` holding each term, by the index's stem (cached for common words). */
 async function tableCounts(store: Store, terms: string[], workspaceId: string, ceiling: Level): Promise<Map<string, number> | null> {
-  if (store.dialect !== 'sqlite') return null;
   let cache = countCaches.get(store);
   if (!cache) countCaches.set(store, (cache = new Map()));
   const now = Date.now();

@@ -468,6 +468,9 @@ export async function restoreBackup(
     if (store.dialect === 'postgres') await resetSequences(trx);
     await opts.beforeCommit?.(trx);
   });
+  // Fresh statistics for what was just written: without them the planner keeps its empty-table
+  // plans (sequential scans) until autovacuum gets round to every table.
+  if (store.dialect === 'postgres') await sql`analyze`.execute(store.db);
   return { file: path.resolve(file), engine: store.dialect, from_engine: header.engine, tables, rows, ms: Date.now() - t0 };
 }
 

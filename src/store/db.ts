@@ -22,6 +22,8 @@ export interface StoreOptions {
   databaseUrl?: string | undefined;
   /** SQLite page cache in MiB (SQLite's own default is 2). */
   cacheMb?: number | undefined;
+  /** Connections of the PostgreSQL pool (default 10). */
+  poolMax?: number | undefined;
 }
 
 // PostgreSQL returns BIGINT/NUMERIC as strings by default; COUNT(*) is bigint.
@@ -43,7 +45,7 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
     dialect = 'postgres';
     const pool = new pg.Pool({
       connectionString: opts.databaseUrl,
-      max: 10,
+      max: opts.poolMax ?? 10,
       // A database that is down or unreachable fails a request within bounds (503, see
       // isDatabaseUnavailable) instead of holding it: connecting, or waiting for a free client,
       // gives up after this long; a query whose answer never comes, after QUERY_TIMEOUT_MS.

@@ -38,9 +38,28 @@ const MIGRATIONS: Migration[] = [
   { name: '014_imports', up: m014.up },
 ];
 
+/**
+ * The database holds migrations this build does not know: a newer version migrated it. Serving
+ * it could misread or damage what the newer schema means (a migration may drop or reshape
+ * tables), so the node refuses to start (docs/deploy.md, upgrades).
+ */
+export class SchemaAheadError extends Error {
+  constructor(readonly unknown: string[]) {
+    super(
+      `the database was migrated by a newer version of Context Vault (migrations this version does not know: ${unknown.join(', ')}); ` +
+        'start the newer version instead (downgrades are not supported)',
+    );
+    this.name = 'SchemaAheadError';
+  }
+}
+
 export async function migrate<T>(db: Kysely<T>, dialect: Dialect): Promise<string[]> {
   const k = db as unknown as Kysely<unknown>;
   await sql`create table if not exists schema_migrations (name text primary key, applied_at text not null)`.execute(k);
+  const known = new Set(MIGRATIONS.map((m) => m.name));
+  const recorded = await sql<{ name: string }>`select name from schema_migrations order by name`.execute(k);
+  const unknown = recorded.rows.map((r) => r.name).filter((n) => !known.has(n));
+  if (unknown.length > 0) throw new SchemaAheadError(unknown);
   const applied: string[] = [];
   for (const m of MIGRATIONS) {
     await k.transaction().execute(async (trx) => {

@@ -17,7 +17,7 @@ import { Client, createAgentWithKey, signupHuman, startTestServer, type TestServ
 const counts = (entries: Record<string, number>) => new Map(Object.entries(entries));
 
 describe('keywordPlan', () => {
-  it('scores every term when there are no counts (PostgreSQL) or no terms', () => {
+  it('scores every term when there are no counts or no terms', () => {
     for (const op of ['AND', 'OR'] as const) {
       expect(keywordPlan(['alpha', 'beta'], op, null)).toEqual({ terms: ['alpha', 'beta'], op, scored: true, newest: null });
       expect(keywordPlan([], op, null)).toEqual({ terms: [], op, scored: true, newest: null });
@@ -142,7 +142,7 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
   });
   afterAll(async () => s?.stop());
 
-  it('termDocCounts counts the sections holding each word, by stem (null on PostgreSQL)', async () => {
+  it('termDocCounts counts the sections holding each word, by stem', async () => {
     // zorblax: two sections of one page and one of another. The deploy family: one section each.
     await write({
       path: 'cnt/one.md',
@@ -152,11 +152,6 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
     await write({ path: 'cnt/two.md', title: 'Counting two', body: '# Only\n\nA zorblax and we are deploying.\n' });
     await write({ path: 'cnt/three.md', title: 'Counting three', body: '# Only\n\nIt deployed fine.\n\n# Later\n\nHe deploys daily.\n' });
     const docs = await termDocCounts(s.ctx.store, ['zorblax', 'deploy', 'deploying', 'nosuchwordatall'], counted());
-    if (!sqlite) {
-      expect(docs).toBeNull();
-      await write({ path: 'cnt/four.md', title: 'Counting four', body: 'One more zorblax.\n' }); // as on SQLite, for the later tests
-      return;
-    }
     expect(docs).toEqual(
       new Map([
         ['zorblax', 3],
@@ -183,7 +178,6 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
   });
 
   it('termDocCounts counts only the sections at the levels asked for, also after a page changes level', async () => {
-    if (!sqlite) return;
     // glimmerhorn: one public section, one in a confidential block of a public page, one secret page.
     await write({ path: 'lv/open.md', title: 'Open', body: 'A glimmerhorn in the open.\n', sensitivity: 'public' });
     await write({ path: 'lv/block.md', title: 'Block', body: 'Plain words.\n\n::: confidential\nA glimmerhorn kept back.\n:::\n', sensitivity: 'public' });
@@ -217,12 +211,10 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
     expect([...pathsOf(list)].sort()).toEqual(['un/u1.md', 'un/u2.md', 'un/u4.md']);
     const scored = await run(agent, scope(), newest(terms, null));
     expect(pathsOf(scored)[0]).toBe('un/u1.md');
-    if (sqlite) {
-      expect(pathsOf(list)).toEqual(['un/u4.md', 'un/u2.md', 'un/u1.md']);
-      expect(new Set(list.map((c) => c.score)).size).toBe(1);
-      // Limited: the newest ones.
-      expect(pathsOf(await run(agent, scope(), unscored(terms), 2))).toEqual(['un/u4.md', 'un/u2.md']);
-    }
+    expect(pathsOf(list)).toEqual(['un/u4.md', 'un/u2.md', 'un/u1.md']);
+    expect(new Set(list.map((c) => c.score)).size).toBe(1);
+    // Limited: the newest ones.
+    expect(pathsOf(await run(agent, scope(), unscored(terms), 2))).toEqual(['un/u4.md', 'un/u2.md']);
   });
 
   it('a scored plan whose best matches are all out of scope ranks every match in scope', async () => {
@@ -249,10 +241,8 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
     await write({ path: 'bulk/later.md', title: 'Later', body: 'A plethorax, a snorvel.\n' });
     const terms = ['plethorax', 'snorvel'];
     const top = await run(agent, scope(), unscored(terms), 1);
-    if (sqlite) {
-      expect((await termDocCounts(s.ctx.store, terms, counted()))!.get('plethorax')).toBeGreaterThan(600);
-      expect(pathsOf(top)).toEqual(['bulk/later.md']);
-    }
+    expect((await termDocCounts(s.ctx.store, terms, counted()))!.get('plethorax')).toBeGreaterThan(600);
+    expect(pathsOf(top)).toEqual(['bulk/later.md']);
     const ten = await run(agent, scope(), unscored(terms), 10);
     expect(ten).toHaveLength(10);
     for (const c of ten) for (const t of terms) expect(haystack(c), c.path).toContain(t);
@@ -267,15 +257,10 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
     expect(all).toHaveLength(5);
     expect(pathsOf(await run(agent, scope(), newest(['wombatron'], 5)))[0]).toBe('nw/n1.md');
     const two = await run(agent, scope(), newest(['wombatron'], 2));
-    if (sqlite) {
-      expect([...pathsOf(two)].sort()).toEqual(['nw/n4.md', 'nw/n5.md']);
-      // Equal scores go newest first.
-      expect(pathsOf(two)).toEqual(['nw/n5.md', 'nw/n4.md']);
-      expect(two[0]!.score).toBeGreaterThan(0);
-    } else {
-      // PostgreSQL scores every match whatever the plan says.
-      expect(pathsOf(two)).toEqual(pathsOf(all));
-    }
+    expect([...pathsOf(two)].sort()).toEqual(['nw/n4.md', 'nw/n5.md']);
+    expect(two[0]!.score).toBeGreaterThan(0);
+    // Equal scores go newest first on SQLite, oldest first on PostgreSQL (as its full ranking does).
+    expect(pathsOf(two)).toEqual(sqlite ? ['nw/n5.md', 'nw/n4.md'] : ['nw/n4.md', 'nw/n5.md']);
   });
 
   it('the unscored and newest plans still apply the scope filters and the ceiling', async () => {
@@ -334,12 +319,17 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
     expect(both.anyWord).toBeUndefined();
     expect(both.weak).toBeUndefined();
 
-    // Both words exist, never together: sections holding either, not weak on SQLite (no word is unknown).
+    // Both words exist, never together: sections holding either, not weak (no word is unknown).
     const apart = await keywordList(s.ctx, agent, scope(), ['zorblax', 'wombatron']);
     expect(apart.anyWord).toBe(true);
-    expect(apart.weak).toBe(!sqlite);
+    expect(apart.weak).toBe(false);
     expect(new Set(pathsOf(apart))).toEqual(new Set(['cnt/one.md', 'cnt/two.md', 'cnt/four.md', 'nw/n1.md', 'nw/n2.md', 'nw/n3.md', 'nw/n4.md', 'nw/n5.md']));
     for (const c of apart) expect(/zorblax|wombatron/.test(haystack(c)), c.path).toBe(true);
+
+    // A stop word (PostgreSQL's index holds none) is no misspelling: the other word decides.
+    const stop = await keywordList(s.ctx, agent, scope(), ['the', 'wombatron']);
+    expect(stop.weak).toBeUndefined();
+    expect(pathsOf(stop)).toContain('nw/n1.md');
 
     // One word in no section at all: the fallback finds the other, and is weak.
     const typo = await keywordList(s.ctx, agent, scope(), ['wombatron', 'wombatrn']);

@@ -26,9 +26,13 @@ const AckBody = z
 export async function inboxRoutes(r: RestApp, ctx: CoreContext): Promise<void> {
   const tags = ['inbox'];
 
-  // Long-polls in flight end (empty) when the server closes, instead of holding it open.
+  // Long-polls in flight end (empty) when the server closes, instead of holding it open. A poll
+  // still being authenticated when the close began is not in the set yet: `closing` ends it
+  // as soon as it gets here.
   const polls = new Set<AbortController>();
+  let closing = false;
   r.addHook('preClose', async () => {
+    closing = true;
     for (const ac of polls) ac.abort();
   });
 
@@ -56,6 +60,7 @@ export async function inboxRoutes(r: RestApp, ctx: CoreContext): Promise<void> {
       };
       reply.raw.on('close', onClose);
       polls.add(ac);
+      if (closing) ac.abort();
       try {
         return await listInbox(ctx, p, {
           state: q.state,
