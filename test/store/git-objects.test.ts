@@ -545,6 +545,24 @@ describe.each(testEngines())('git object store on %s', (engine) => {
     fsck(repo);
   }, 120_000);
 
+  it('a chain at the depth bound with a delta missing in its middle: the next write is refused as corrupt, nothing moves', async () => {
+    const ws = await newWorkspace();
+    const initial: Record<string, string> = {};
+    for (let i = 0; i < 300; i++) initial[`s/f/page-${i}.md`] = `p${i}`;
+    const c0 = await commit(ws, initial, 'init', T0);
+    const objects = new ObjectStore(store.db, ws);
+    let last = c0;
+    let middle = '';
+    for (let k = 1; k <= MAX_DELTA_DEPTH; k++) {
+      last = await commit(ws, { [`s/f/page-${k % 5}.md`]: `v${k}` }, `u${k}`, T0 + k);
+      if (k === MAX_DELTA_DEPTH / 2) middle = await subtreeSha(objects, last.tree, ['s', 'f']);
+    }
+    await store.db.deleteFrom('git_objects').where('workspace_id', '=', ws).where('sha', '=', middle).execute();
+    // The tip is cached; re-basing it walks the chain down to its full copy and meets the hole.
+    await expect(commit(ws, { 's/f/page-1.md': 'after' }, 'next', T0 + 1000)).rejects.toThrow(`delta base ${middle} is missing`);
+    expect(await objects.getRef('refs/heads/main')).toBe(last.commit);
+  }, 120_000);
+
   it('rejects paths that clash with folders or files', async () => {
     const ws = await newWorkspace();
     await commit(ws, { 's/f/a.md': 'a' }, 'init', T0);

@@ -1,4 +1,5 @@
 import { deflateSync, inflateSync } from 'node:zlib';
+import { sql } from 'kysely';
 import { badRequest, conflict } from '../../errors/index.js';
 import type { Executor } from '../db.js';
 import { treeCache } from './cache.js';
@@ -126,18 +127,28 @@ export class ObjectStore {
     return delta.length < maxBytes ? deflateSync(delta) : undefined;
   }
 
-  /** The full copy at the end of a tree's delta chain. */
+  /**
+   * The full copy at the end of a tree's delta chain, in one query (a chain is up to
+   * MAX_DELTA_DEPTH long; one query per step was a round trip each on PostgreSQL). Each step must
+   * descend in depth, which also rules out cycles.
+   */
   private async chainRoot(sha: string): Promise<string> {
-    let cur = sha;
-    let lastDepth = Number.POSITIVE_INFINITY;
-    for (;;) {
-      const row = await this.objects().select(['base_sha', 'depth']).where('sha', '=', cur).executeTakeFirst();
-      if (!row) throw corrupt(this.workspaceId, sha, `delta base ${cur} is missing`);
-      if (Number(row.depth) >= lastDepth) throw corrupt(this.workspaceId, sha, 'delta chain does not descend');
-      lastDepth = Number(row.depth);
-      if (row.base_sha === null) return cur;
-      cur = row.base_sha;
-    }
+    const rows = (
+      await sql<{ sha: string; base_sha: string | null; depth: number }>`
+      with recursive chain(sha, base_sha, depth) as (
+        select sha, base_sha, depth from git_objects where workspace_id = ${this.workspaceId} and sha = ${sha}
+        union all
+        select o.sha, o.base_sha, o.depth from chain c join git_objects o on o.workspace_id = ${this.workspaceId} and o.sha = c.base_sha and o.depth < c.depth
+      )
+      select sha, base_sha, depth from chain`.execute(this.db)
+    ).rows;
+    if (rows.length === 0) throw corrupt(this.workspaceId, sha, `delta base ${sha} is missing`);
+    const root = rows.find((r) => r.base_sha === null);
+    if (root) return root.sha;
+    // The walk stopped on a row whose base is missing, or whose base does not descend.
+    const last = rows.reduce((a, b) => (Number(b.depth) < Number(a.depth) ? b : a));
+    const base = await this.objects().select('depth').where('sha', '=', last.base_sha!).executeTakeFirst();
+    throw corrupt(this.workspaceId, sha, base ? 'delta chain does not descend' : `delta base ${last.base_sha} is missing`);
   }
 
   /** Stores a commit; its tree and parents must already be stored in this workspace. */
