@@ -14,7 +14,7 @@ import { registerMetrics } from './http/metrics.js';
 import { openRateLimitStore } from './store/rate-limits.js';
 import { restFace } from './http/rest-face.js';
 import { decoratePrincipal } from './http/shared/caller.js';
-import { sendError, toServiceError } from './http/shared/errors.js';
+import { sendError, toServiceError, UNAVAILABLE_RETRY_S } from './http/shared/errors.js';
 import { gitFace } from './git/face.js';
 import { mcpFace } from './mcp/face.js';
 import { oauthFace } from './oauth/face.js';
@@ -30,6 +30,8 @@ declare module 'fastify' {
     routeList: string[];
     /** The core every face calls: decorated once on the root, read by each face when it is registered. */
     ctx: CoreContext;
+    /** True once shutdown began (SIGTERM): /readyz says unavailable, every other request gets 503. */
+    isDraining(): boolean;
   }
 }
 
@@ -68,11 +70,16 @@ export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise
 
   // Every answer says what it is: no browser may sniff page markdown (or anything) into HTML.
   let closing = false;
-  app.addHook('onRequest', async (_req, reply) => {
+  app.decorate('isDraining', () => closing);
+  app.addHook('onRequest', async (req, reply) => {
     reply.header('X-Content-Type-Options', 'nosniff');
-    // Draining (SIGTERM): a request on a kept-alive connection is refused in the service's shape,
-    // with Retry-After; a proxy or client sends it to another node.
-    if (closing) throw new ServiceError(503, 'unavailable', 'This node is shutting down; try again (another node may answer)');
+    // Draining (SIGTERM): a request that still reaches the node is refused in the service's
+    // shape (JSON-RPC on /mcp), with Retry-After; a proxy or client sends it to another node.
+    // /readyz answers itself: 503 in its own shape, which is what a load balancer reads.
+    if (closing && req.routeOptions.url !== '/readyz') {
+      reply.header('Retry-After', String(UNAVAILABLE_RETRY_S));
+      throw new ServiceError(503, 'unavailable', 'This node is shutting down; try again (another node may answer)');
+    }
   });
   app.addHook('preClose', async () => {
     closing = true;

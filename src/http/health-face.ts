@@ -114,7 +114,8 @@ export async function healthFace(face: FastifyInstance): Promise<void> {
     ),
     async (_req, reply) => {
       const database = await databaseHealth(ctx);
-      const ok = database.ok;
+      // A draining node is alive but must get no new traffic.
+      const ok = database.ok && !face.isDraining();
       const embeddings = ok ? await ctx.retrieval.status().catch(() => null) : null;
       // The provider's error text may name an upstream URL, a host or part of a key: it goes
       // to the server log (where the worker writes it), never to an anonymous caller.

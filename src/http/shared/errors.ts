@@ -8,7 +8,7 @@ export function errorBody(e: ServiceError): Record<string, unknown> {
 }
 
 /** What a 503 for a lost database asks the caller to wait before trying again. */
-const UNAVAILABLE_RETRY_S = 2;
+export const UNAVAILABLE_RETRY_S = 2;
 
 const BY_STATUS: Record<number, ErrorCode> = {
   400: 'invalid_request',
