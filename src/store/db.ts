@@ -131,12 +131,15 @@ function statementName(text: string): string {
  * half of a simple statement's time here (issue 18). Statements are named by their text, so a
  * connection parses each once and afterwards only binds and runs it. Every run is still planned
  * for its own values (`plan_cache_mode = force_custom_plan`), as an unnamed statement is: a
- * generic plan could not see a keyword query's words, for one. A connection prepares at most
+ * generic plan could not see a keyword query's words, for one. JIT compilation is off: it
+ * pays off for long analytical queries, and a keyword query's estimate could cross its
+ * threshold and spend tens of milliseconds compiling (fts p95 at 10,000 pages: 101 ms with it,
+ * 82 ms without, bench/search-scale.ts). A connection prepares at most
  * MAX_PREPARED_PER_CONNECTION statements (texts vary with the length of IN lists); the pool
  * closes idle connections, so each new one prepares what is hot now.
  */
 function preparedStatements(client: pg.PoolClient): void {
-  void client.query('set plan_cache_mode = force_custom_plan').catch(() => undefined);
+  void client.query('set plan_cache_mode = force_custom_plan; set jit = off').catch(() => undefined);
   const query = client.query.bind(client) as (...args: unknown[]) => unknown;
   const prepared = new Set<string>();
   const named = (config: unknown, values?: unknown, ...rest: unknown[]): unknown => {

@@ -32,6 +32,8 @@ describe.skipIf(!testEngines().includes('postgres'))('prepared statements (postg
       expect(mine[0]!.name).toMatch(/^cv_[0-9a-f]{24}$/);
       const mode = await sql<{ mode: string }>`select current_setting('plan_cache_mode') as mode`.execute(db);
       expect(mode.rows[0]!.mode).toBe('force_custom_plan');
+      const jit = await sql<{ jit: string }>`select current_setting('jit') as jit`.execute(db);
+      expect(jit.rows[0]!.jit).toBe('off');
     });
   });
 
