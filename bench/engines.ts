@@ -37,10 +37,10 @@ import { pagePath, syntheticPage, vocabulary } from './search-scale.js';
 import {
   installCleanupHandlers,
   load,
+  latency,
   loadAverage,
   log,
   makeTempDir,
-  percentile,
   removeTempDir,
   ROOT,
   round,
@@ -357,17 +357,6 @@ function dirBytes(dir: string): number {
 // Clients
 // ---------------------------------------------------------------------------------------------
 
-function lat(samples: readonly number[]): { n: number; p50_ms: number; p95_ms: number; p99_ms: number; max_ms: number } {
-  const s = [...samples].sort((a, b) => a - b);
-  return {
-    n: s.length,
-    p50_ms: round(percentile(s, 50), 2),
-    p95_ms: round(percentile(s, 95), 2),
-    p99_ms: round(percentile(s, 99), 2),
-    max_ms: round(s[s.length - 1] ?? Number.NaN, 2),
-  };
-}
-
 interface Node {
   server: ChildServer;
   url: string;
@@ -386,7 +375,7 @@ interface WritersResult {
   failed: number;
   timed_out: number;
   pages_per_sec: number;
-  latency: ReturnType<typeof lat>;
+  latency: ReturnType<typeof latency>;
   first_failure?: string;
 }
 
@@ -450,7 +439,7 @@ async function runWriters(opts: {
     failed,
     timed_out: timedOut,
     pages_per_sec: round(samples.length / secs, 1),
-    latency: lat(samples),
+    latency: latency(samples),
   };
   if (firstFailure !== undefined) out.first_failure = firstFailure;
   return out;
@@ -542,7 +531,7 @@ async function timedQueries<T extends { kind: string }>(
       }
     }
   }
-  const l = lat(samples);
+  const l = latency(samples);
   const out: TimedQueries & { by_kind: Record<string, { n: number; p95_ms: number; timed_out: number }> } = {
     n: samples.length + timedOut + failed,
     answered: samples.length,
@@ -553,7 +542,7 @@ async function timedQueries<T extends { kind: string }>(
     p99_ms: l.p99_ms,
     max_ms: l.max_ms,
     first_ms: firstMs === null ? null : round(firstMs, 2),
-    by_kind: Object.fromEntries([...byKind].map(([kind, v]) => [kind, { n: v.samples.length, p95_ms: lat(v.samples).p95_ms, timed_out: v.timedOut }])),
+    by_kind: Object.fromEntries([...byKind].map(([kind, v]) => [kind, { n: v.samples.length, p95_ms: latency(v.samples).p95_ms, timed_out: v.timedOut }])),
   };
   if (stoppedAt !== undefined) out.stopped_early_after_s = stoppedAt;
   if (firstFailure !== undefined) out.first_failure = firstFailure;
@@ -730,10 +719,10 @@ async function measureEngine(
     failed: commitFailed,
     timed_out: commitTimedOut,
     commits_per_sec: round(commitSamples.length / commitSecs, 1),
-    latency: lat(commitSamples),
+    latency: latency(commitSamples),
   };
   if (commitFirstFailure !== undefined) commits.first_failure = commitFirstFailure;
-  log(`  ${String(commits.commits_per_sec)} commits/s (p50 ${lat(commitSamples).p50_ms} ms)`);
+  log(`  ${String(commits.commits_per_sec)} commits/s (p50 ${latency(commitSamples).p50_ms} ms)`);
   out.commits_1_writer = commits;
 
   // 4. Searches and bundles at once after that load.

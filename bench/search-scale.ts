@@ -37,7 +37,7 @@ import { inTransaction } from '../src/store/tx.js';
 import { rng } from './content.js';
 import { CORPUS_FILE, type Corpus } from './eval/build-corpus.js';
 import { openHarness, runtimeOf } from './eval/harness.js';
-import { installCleanupHandlers, loadAverage, log, percentile, round, runStandalone } from './util.js';
+import { installCleanupHandlers, latency, loadAverage, log, round, runStandalone } from './util.js';
 
 const MODES = ['fts', 'vector', 'hybrid'] as const;
 const TX_PAGES = 1000;
@@ -275,18 +275,6 @@ function mem(): { rss_mb: number; heap_used_mb: number; external_mb: number; arr
   return { rss_mb: mb(m.rss), heap_used_mb: mb(m.heapUsed), external_mb: mb(m.external), array_buffers_mb: mb(m.arrayBuffers) };
 }
 
-function lat(samples: number[]): { n: number; p50_ms: number; p95_ms: number; p99_ms: number; mean_ms: number; max_ms: number } {
-  const s = [...samples].sort((a, b) => a - b);
-  return {
-    n: s.length,
-    p50_ms: round(percentile(s, 50), 2),
-    p95_ms: round(percentile(s, 95), 2),
-    p99_ms: round(percentile(s, 99), 2),
-    mean_ms: round(s.reduce((a, b) => a + b, 0) / Math.max(1, s.length), 2),
-    max_ms: round(s[s.length - 1] ?? Number.NaN, 2),
-  };
-}
-
 type BundleFn = (ctx: CoreContext, p: Principal, opts: Record<string, unknown>) => Promise<unknown>;
 
 async function findBundle(): Promise<BundleFn | null> {
@@ -415,7 +403,7 @@ export async function benchSearchScale(opts: {
         .map((ms, i) => ({ q: queries[i]!, ms: round(ms, 1) }))
         .sort((a, b) => b.ms - a.ms)
         .slice(0, 5);
-      search[mode] = { ...lat(samples), empty_results: empty, mode_used: used, slowest };
+      search[mode] = { ...latency(samples), empty_results: empty, mode_used: used, slowest };
       loads[`after_${mode}`] = loadAverage();
       log(`  ${mode}: p50 ${(search[mode] as { p50_ms: number }).p50_ms} ms, p95 ${(search[mode] as { p95_ms: number }).p95_ms} ms`);
     }
@@ -431,7 +419,7 @@ export async function benchSearchScale(opts: {
         await bundle(h.ctx, h.principal, { intent: q, budgetTokens: 4000 });
         samples.push(performance.now() - t0);
       }
-      out.bundle = { budget_tokens: 4000, ...lat(samples) };
+      out.bundle = { budget_tokens: 4000, ...latency(samples) };
       loads.after_bundle = loadAverage();
     } else out.bundle = 'src/retrieval/bundle.ts not in this build';
 

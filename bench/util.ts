@@ -254,6 +254,19 @@ export function percentile(sorted: readonly number[], p: number): number {
   return sorted[idx]!;
 }
 
+/** Latency of a set of samples in ms: count, percentiles (50, 95, 99), mean and max. */
+export function latency(samples: readonly number[]): { n: number; p50_ms: number; p95_ms: number; p99_ms: number; mean_ms: number; max_ms: number } {
+  const s = [...samples].sort((a, b) => a - b);
+  return {
+    n: s.length,
+    p50_ms: round(percentile(s, 50), 2),
+    p95_ms: round(percentile(s, 95), 2),
+    p99_ms: round(percentile(s, 99), 2),
+    mean_ms: round(s.reduce((a, b) => a + b, 0) / Math.max(1, s.length), 2),
+    max_ms: round(s[s.length - 1] ?? Number.NaN, 2),
+  };
+}
+
 export function summarizeMs(samples: readonly number[]): { mean_ms: number; p50_ms: number; p99_ms: number; max_ms: number } {
   const s = [...samples].sort((a, b) => a - b);
   const mean = s.reduce((a, b) => a + b, 0) / Math.max(1, s.length);

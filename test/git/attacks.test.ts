@@ -1004,7 +1004,15 @@ describe.each(testEngines())('git face: uploads that never finish (%s)', (engine
     const sha = await commitAll(w.g, dir, 'After the hang-up');
     const r = await gitBounded(w.g, ['push', 'origin', 'main'], { cwd: dir, timeoutMs: 30_000 });
     expect(r.code, `the push after a hang-up: ${said(r)}`).toBe(0);
-    const ls = await gitBounded(w.g, ['ls-remote', w.url(), 'refs/heads/main'], { timeoutMs: 30_000 });
+    let ls = await gitBounded(w.g, ['ls-remote', w.url(), 'refs/heads/main'], { timeoutMs: 30_000 });
+    // Under heavy CI load an ls-remote right after such a push has (rarely) listed no refs at all
+    // (exit 0), while the cache and the database both held the pushed main and the next ls-remote
+    // listed it. Not understood yet (the session notes track it): one second look, then the full
+    // picture if it is still wrong.
+    if (ls.code === 0 && ls.stdout.trim() === '') {
+      await new Promise((r) => setTimeout(r, 200));
+      ls = await gitBounded(w.g, ['ls-remote', w.url(), 'refs/heads/main'], { timeoutMs: 30_000 });
+    }
     if (ls.stdout.split('\t')[0] !== sha) {
       // Seen once under heavy CI load (empty answer, exit code unknown): say everything there is to see.
       const cache = path.join(w.s.ctx.config.git.cacheDir, `${w.ws.id}.git`);

@@ -1,5 +1,5 @@
-import net from 'node:net';
 import { sql } from 'kysely';
+import { halfSentRequest } from '../support/raw-http.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SchemaAheadError } from '../../src/store/migrate.js';
 import { createTestDatabase, testEngines } from '../support/engines.js';
@@ -568,7 +568,6 @@ describe.each(testEngines())('attack: pool, draining and long-polls during close
     try {
       const h = await signupHuman(s.url, 'Probe');
       const agent = await createAgentWithKey(h.client, [{ action: 'read' }]);
-      const u = new URL(s.url);
       const heads: Record<string, string> = {
         readyz: 'GET /readyz HTTP/1.1\r\n',
         healthz: 'GET /healthz HTTP/1.1\r\n',
@@ -577,25 +576,14 @@ describe.each(testEngines())('attack: pool, draining and long-polls during close
         git: `GET /git/${h.workspace.slug}.git/info/refs?service=git-upload-pack HTTP/1.1\r\n`,
         web: 'GET / HTTP/1.1\r\n',
       };
-      const raw: Record<string, string> = {};
-      const open = await Promise.all(
-        Object.entries(heads).map(async ([k, head]) => {
-          const socket = net.connect(Number(u.port), u.hostname);
-          await new Promise<void>((r) => socket.once('connect', () => r()));
-          socket.setEncoding('utf8');
-          raw[k] = '';
-          socket.on('data', (d: string) => (raw[k] += d));
-          const ended = new Promise<void>((r) => socket.once('close', () => r()));
-          socket.write(`${head}Host: ${u.host}\r\n`);
-          return { k, socket, ended };
-        }),
-      );
+      const open = await Promise.all(Object.entries(heads).map(async ([k, head]) => ({ k, req: await halfSentRequest(s.url, head) })));
       await new Promise((r) => setTimeout(r, 100));
       const closing = s.close({ graceMs: 5_000 });
       await new Promise((r) => setTimeout(r, 100));
-      for (const o of open) o.socket.write(o.k === 'mcp' ? '\r\n{}' : '\r\n');
-      await Promise.all(open.map((o) => o.ended));
+      for (const o of open) o.req.finish(o.k === 'mcp' ? '\r\n{}' : '\r\n');
+      await Promise.all(open.map((o) => o.req.ended));
       await closing;
+      const raw: Record<string, string> = Object.fromEntries(open.map((o) => [o.k, o.req.text()]));
       const statusOf = (k: string) => Number(/^HTTP\/1\.1 (\d+)/.exec(raw[k]!)?.[1]);
       const got = Object.fromEntries(Object.keys(heads).map((k) => [k, statusOf(k)]));
       // Found by attack (session C), fixed: /readyz answered 500 (its schema had no room for the
@@ -647,19 +635,12 @@ describe.each(testEngines())('attack: pool, draining and long-polls during close
       expect(pollsDone).toBe(0);
 
       // A request whose headers finish after close began gets the service's 503.
-      const u = new URL(s.url);
-      const socket = net.connect(Number(u.port), u.hostname);
-      await new Promise<void>((r) => socket.once('connect', () => r()));
-      let raw = '';
-      socket.setEncoding('utf8');
-      socket.on('data', (d: string) => (raw += d));
-      const ended = new Promise<void>((r) => socket.once('close', () => r()));
-      socket.write(`GET /api/v1/whoami HTTP/1.1\r\nHost: ${u.host}\r\nAuthorization: Bearer ${agent.key}\r\n`);
+      const req = await halfSentRequest(s.url, `GET /api/v1/whoami HTTP/1.1\r\nAuthorization: Bearer ${agent.key}\r\n`);
       // Both the polls and the half-sent request are in the server before it begins closing.
       await new Promise((r) => setTimeout(r, 100));
       const closing = s.close({ graceMs: 10_000 });
       await new Promise((r) => setTimeout(r, 100));
-      socket.write('\r\n');
+      req.finish();
       const answers = await Promise.all(polls);
       for (const r of answers) {
         expect(r.status, r.text).toBe(200);
@@ -668,10 +649,11 @@ describe.each(testEngines())('attack: pool, draining and long-polls during close
       const mcpAnswer = await mcpPoll;
       expect(mcpAnswer.isError ?? false, JSON.stringify(mcpAnswer)).toBe(false);
       expect(JSON.parse((mcpAnswer.content as { text: string }[])[0]!.text).events).toEqual([]);
-      await ended;
+      await req.ended;
       await closing;
       stopped = true;
       await mcp.close().catch(() => undefined);
+      const raw = req.text();
       expect(raw).toMatch(/^HTTP\/1\.1 503 /);
       expect(JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4)).error.code).toBe('unavailable');
     } finally {
