@@ -68,10 +68,10 @@ export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise
     for (const m of [r.method].flat()) if (m !== 'HEAD') routeList.push(`${m} ${r.url}`);
   });
 
-  // Every answer says what it is: no browser may sniff page markdown (or anything) into HTML.
   let closing = false;
   app.decorate('isDraining', () => closing);
   app.addHook('onRequest', async (req, reply) => {
+    // Every answer says what it is: no browser may sniff page markdown (or anything) into HTML.
     reply.header('X-Content-Type-Options', 'nosniff');
     // Draining (SIGTERM): a request that still reaches the node is refused in the service's
     // shape (JSON-RPC on /mcp), with Retry-After; a proxy or client sends it to another node.

@@ -88,10 +88,10 @@ export interface CountScope {
  * For a caller whose reach is narrower (`visibility`), the sections it may reach are counted,
  * stopping past COMMON_DOCS (past it a count only says "common"), and uncached.
  */
-export async function termDocCounts(store: Store, terms: string[], scope: CountScope): Promise<Map<string, number> | null> {
+export async function termDocCounts(store: Store, terms: string[], scope: CountScope): Promise<Map<string, number>> {
   if (store.dialect === 'postgres') return pgCounts(store, terms, scope);
   const table = await tableCounts(store, terms, scope.workspaceId, scope.ceiling);
-  if (table === null || !scope.visibility) return table;
+  if (!scope.visibility) return table;
   const fts = keywordTable(scope.workspaceId, scope.ceiling);
   const out = new Map<string, number>();
   for (const t of terms) {
@@ -153,7 +153,7 @@ async function pgCounts(store: Store, terms: string[], scope: CountScope): Promi
 }
 
 /** Sections of the workspace's table at `ceiling` holding each term, by the index's stem (cached for common words). */
-async function tableCounts(store: Store, terms: string[], workspaceId: string, ceiling: Level): Promise<Map<string, number> | null> {
+async function tableCounts(store: Store, terms: string[], workspaceId: string, ceiling: Level): Promise<Map<string, number>> {
   let cache = countCaches.get(store);
   if (!cache) countCaches.set(store, (cache = new Map()));
   const now = Date.now();

@@ -82,8 +82,8 @@ function byPage(list: Candidate[]): Candidate[] {
 /**
  * Keyword sections: every term in one section is the precise answer; when nothing has them all,
  * any term. `weak` marks a keyword list that likely missed: it needed the any-word fallback and
- * some word is in no section at all (a misspelling, as far as the index can tell). Each query is planned within the scoring budget
- * (keywordPlan); a bounded plan that leaves almost nothing in scope is run again unbounded.
+ * some word is in no section at all (a misspelling, as far as the index can tell). Each query
+ * is planned within the scoring budget (keywordPlan); a bounded plan that leaves almost nothing in scope is run again unbounded.
  */
 export async function keywordList(ctx: RetrievalContext, p: Principal, scope: Scope, terms: string[], limit = CANDIDATES): Promise<KeywordList> {
   if (terms.length === 0) return [];
@@ -99,7 +99,7 @@ export async function keywordList(ctx: RetrievalContext, p: Principal, scope: Sc
   const all = await run('AND', terms);
   if (all.length > 0 || terms.length <= 1) return all;
   // A word the index does not know here is likely a misspelling.
-  const weak = docs === null || terms.some((t) => docs.get(t) === 0);
+  const weak = terms.some((t) => docs.get(t) === 0);
   return Object.assign(await run('OR', terms), { weak, anyWord: true });
 }
 
