@@ -55,7 +55,12 @@ export class SchemaAheadError extends Error {
 
 export async function migrate<T>(db: Kysely<T>, dialect: Dialect): Promise<string[]> {
   const k = db as unknown as Kysely<unknown>;
-  await sql`create table if not exists schema_migrations (name text primary key, applied_at text not null)`.execute(k);
+  // Two nodes creating it at once race inside PostgreSQL's catalog ("duplicate key value violates
+  // unique constraint pg_type_typname_nsp_index") even with IF NOT EXISTS, so they take turns.
+  await k.transaction().execute(async (trx) => {
+    if (dialect === 'postgres') await sql`select pg_advisory_xact_lock(7714201)`.execute(trx);
+    await sql`create table if not exists schema_migrations (name text primary key, applied_at text not null)`.execute(trx);
+  });
   const known = new Set(MIGRATIONS.map((m) => m.name));
   const recorded = await sql<{ name: string }>`select name from schema_migrations order by name`.execute(k);
   const unknown = recorded.rows.map((r) => r.name).filter((n) => !known.has(n));

@@ -32,10 +32,16 @@ export async function spawnService(env: Record<string, string>): Promise<{ child
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
     cwd: ROOT,
     env: { ...process.env, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'warn', RATE_LIMITS: 'off', ...env },
-    stdio: 'ignore',
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  // The last of what it printed, so a start that fails says why.
+  let stderr = '';
+  child.stderr?.on('data', (d: Buffer) => {
+    stderr = (stderr + d.toString()).slice(-4000);
   });
   const url = `http://127.0.0.1:${port}`;
   for (let i = 0; i < 300; i++) {
+    if (child.exitCode !== null || child.signalCode !== null) break;
     try {
       if ((await fetch(`${url}/healthz`)).ok) return { child, url };
     } catch {
@@ -43,6 +49,7 @@ export async function spawnService(env: Record<string, string>): Promise<{ child
     }
     await new Promise((r) => setTimeout(r, 100));
   }
+  const how = child.exitCode !== null ? `exited ${child.exitCode}` : child.signalCode !== null ? `killed by ${child.signalCode}` : 'no answer in 30 s';
   child.kill('SIGKILL');
-  throw new Error('service did not start');
+  throw new Error(`service did not start (${how}):\n${stderr}`);
 }
