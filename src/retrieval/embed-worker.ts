@@ -108,7 +108,8 @@ export class EmbedWorker {
       this.running = this.runRound(false)
         .then((n) => {
           this.running = undefined;
-          const again = n > 0 || this.wakeRequested;
+          // A round short of ROUND took everything due then; a write since has asked again.
+          const again = n >= ROUND || this.wakeRequested;
           this.wakeRequested = false;
           this.schedule(again ? 0 : IDLE_POLL_MS);
         })

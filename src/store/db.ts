@@ -113,6 +113,8 @@ function withStatementCache(file: Database.Database, max = 500): Database.Databa
 
 /** Statements one connection prepares at most; past that, new ones run unnamed on it. */
 const MAX_PREPARED_PER_CONNECTION = 500;
+/** Statements planned for each run's values: full-text matching and ranking, LIKE patterns. */
+const VALUE_DEPENDENT_PLAN = /@@|\bts_rank|\bto_tsquery|\b(?:i?like)\b/i;
 /** Statement names by text (a hash each), kept for the texts seen lately. */
 const statementNames = new Map<string, string>();
 
@@ -129,9 +131,13 @@ function statementName(text: string): string {
 /**
  * Kysely sends every statement unnamed, so PostgreSQL parses it again on each run: a third to a
  * half of a simple statement's time here (issue 18). Statements are named by their text, so a
- * connection parses each once and afterwards only binds and runs it. Every run is still planned
- * for its own values (`plan_cache_mode = force_custom_plan`), as an unnamed statement is: a
- * generic plan could not see a keyword query's words, for one. JIT compilation is off: it
+ * connection parses each once and afterwards only binds and runs it, and PostgreSQL's default
+ * plan choice (`plan_cache_mode = auto`) may reuse a generic plan: planning the agent-key lookup
+ * anew each time was more than half its cost (pgbench, one client: 0.39 ms a run with a plan per
+ * run, 0.16 ms with the generic plan; a page by id 0.20 → 0.135 ms). Statements whose best plan
+ * depends on their values stay unnamed, so each run is planned for its own values: full-text
+ * matches and ranking (a generic plan cannot see a keyword query's words) and LIKE patterns (a
+ * generic plan cannot use an index for a prefix it does not know). JIT compilation is off: it
  * pays off for long analytical queries, and a keyword query's estimate could cross its
  * threshold and spend tens of milliseconds compiling (fts p95 at 10,000 pages: 101 ms with it,
  * 82 ms without, bench/search-scale.ts). A connection prepares at most
@@ -139,11 +145,11 @@ function statementName(text: string): string {
  * closes idle connections, so each new one prepares what is hot now.
  */
 function preparedStatements(client: pg.PoolClient): void {
-  void client.query('set plan_cache_mode = force_custom_plan; set jit = off').catch(() => undefined);
+  void client.query('set jit = off').catch(() => undefined);
   const query = client.query.bind(client) as (...args: unknown[]) => unknown;
   const prepared = new Set<string>();
   const named = (config: unknown, values?: unknown, ...rest: unknown[]): unknown => {
-    if (typeof config === 'string' && Array.isArray(values) && rest.length === 0) {
+    if (typeof config === 'string' && Array.isArray(values) && rest.length === 0 && !VALUE_DEPENDENT_PLAN.test(config)) {
       const name = statementName(config);
       if (prepared.has(name) || prepared.size < MAX_PREPARED_PER_CONNECTION) {
         prepared.add(name);

@@ -6,7 +6,7 @@ import { inflateSync } from 'node:zlib';
 import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ServiceError } from '../../src/core/errors.js';
-import type { Store } from '../../src/store/db.js';
+import type { Executor, Store } from '../../src/store/db.js';
 import { clearTreeCache } from '../../src/store/git/cache.js';
 import {
   EMPTY_BLOB_SHA,
@@ -202,10 +202,10 @@ describe.each(testEngines())('git object store on %s', (engine) => {
     return id;
   }
 
-  /** One page-style commit: blobs, trees, commit and the ref move, in one transaction. */
+  /** One page-style commit (deferred writes, as commitFiles does): blobs, trees, commit and the ref move, in one transaction. */
   async function commit(ws: string, files: Record<string, string | null>, message: string, t: number) {
     return store.db.transaction().execute(async (trx) => {
-      const objects = new ObjectStore(trx, ws);
+      const objects = new ObjectStore(trx, ws, { deferWrites: true });
       const head = await objects.getRef('refs/heads/main');
       const parentTree = head ? (await objects.getCommit(head))!.tree : null;
       const changes = [];
@@ -271,6 +271,42 @@ describe.each(testEngines())('git object store on %s', (engine) => {
     await expect(objects.putCommit({ tree: '1'.repeat(40), parents: [], author: ident(T0), committer: ident(T0), message: 'x' })).rejects.toMatchObject({
       status: 400,
     });
+  });
+
+  it('deferred writes: reads of the store see them at once, the table only when the ref moves, in one go past 1,000 objects', async () => {
+    const ws = await newWorkspace();
+    const rows = async (db: Executor) =>
+      Number((await sql<{ n: number | string }>`select count(*) as n from git_objects where workspace_id = ${ws}`.execute(db)).rows[0]!.n);
+    const files = Array.from({ length: 1_200 }, (_, i) => ({ path: `s/f${i % 7}/p${i}.md`, content: `page ${i}\n` }));
+    const head = await store.db.transaction().execute(async (trx) => {
+      const objects = new ObjectStore(trx, ws, { deferWrites: true });
+      const changes = [];
+      for (const f of files) changes.push({ path: f.path, blobSha: await objects.putBlob(f.content) });
+      const tree = await applyChanges(objects, null, changes);
+      const sha = await objects.putCommit({ tree, parents: [], author: ident(T0), committer: ident(T0), message: 'many' });
+      expect(await rows(trx)).toBe(0);
+      expect(await objects.hasObject(sha)).toBe(true);
+      expect((await objects.getCommit(sha))?.tree).toBe(tree);
+      expect((await objects.getBlob(changes[5]!.blobSha))?.toString()).toBe('page 5\n');
+      await objects.casRef('refs/heads/main', null, sha);
+      // 1,200 blobs, 7 folders, s/, the root and the commit.
+      expect(await rows(trx)).toBe(1_200 + 7 + 2 + 1);
+      return sha;
+    });
+    const objects = new ObjectStore(store.db, ws);
+    expect(await objects.getRef('refs/heads/main')).toBe(head);
+    expect(await readPath(objects, (await objects.getCommit(head))!.tree, 's/f3/p3.md')).toBe(hashObject('blob', Buffer.from('page 3\n')));
+
+    // A transaction that fails before its ref moves leaves nothing behind.
+    const ws2 = await newWorkspace();
+    await expect(
+      store.db.transaction().execute(async (trx) => {
+        const o = new ObjectStore(trx, ws2, { deferWrites: true });
+        await o.putBlob('lost');
+        throw new Error('failed before the ref moved');
+      }),
+    ).rejects.toThrow('failed before the ref moved');
+    expect(await new ObjectStore(store.db, ws2).hasObject(hashObject('blob', Buffer.from('lost')))).toBe(false);
   });
 
   it('compare-and-swaps refs', async () => {

@@ -1,8 +1,9 @@
+import { sql } from 'kysely';
 import { commitsMade } from '../../metrics.js';
 import type { Principal } from '../../policy/principal.js';
 import type { Executor } from '../../store/db.js';
 import { ObjectStore } from '../../store/git/object-store.js';
-import { applyChanges } from '../../store/git/tree-paths.js';
+import { applyChanges, treesOnPaths } from '../../store/git/tree-paths.js';
 import { afterCommitIfAny } from '../../store/tx.js';
 
 export const MAIN_REF = 'refs/heads/main';
@@ -35,18 +36,17 @@ export async function commitFiles(
   /** Who applied the change when it is not the author (an accepted proposal). */
   committer?: Pick<Principal, 'id' | 'name'>,
 ): Promise<CommitResult> {
-  const objects = new ObjectStore(trx, workspaceId);
+  const objects = new ObjectStore(trx, workspaceId, { deferWrites: true });
   const head = await objects.getRef(MAIN_REF);
-  const rootTree = head ? ((await objects.getCommit(head))?.tree ?? null) : null;
+  const rootTree = head ? (headTrees.get(`${workspaceId}:${head}`) ?? (await objects.getCommit(head))?.tree ?? null) : null;
   const blobs = new Map<string, string>();
   for (const c of changes) {
     if (c.content !== null) blobs.set(c.path, await objects.putBlob(c.content));
   }
-  const tree = await applyChanges(
-    objects,
-    rootTree,
-    changes.map((c) => ({ path: c.path, blobSha: c.content === null ? null : blobs.get(c.path)! })),
-  );
+  const pathChanges = changes.map((c) => ({ path: c.path, blobSha: c.content === null ? null : blobs.get(c.path)! }));
+  // One query for what the new trees and the commit build on, instead of one per tree.
+  await objects.prefetch([...(await treesOnPaths(objects, rootTree, pathChanges)), ...(head ? [head] : [])]);
+  const tree = await applyChanges(objects, rootTree, pathChanges);
   // Ids, not emails, in git authorship: a clone must not hand out addresses.
   const ident = (who: Pick<Principal, 'id' | 'name'>) => ({
     name: who.name || who.id,
@@ -63,7 +63,21 @@ export async function commitFiles(
   });
   await objects.casRef(MAIN_REF, head, sha);
   const seq = await recordCommit(trx, workspaceId, { sha, parent: head, principalId: author.id, message, at });
+  // Known only once durable: a rolled-back commit must not be taken for a stored one.
+  afterCommitIfAny(trx, () => rememberHeadTree(`${workspaceId}:${sha}`, tree));
   return { sha, seq, blobs };
+}
+
+/**
+ * The root tree of recent commits on main (`workspaceId:sha`), so the next write need not read
+ * its parent commit back. A commit is immutable, so an entry never goes stale.
+ */
+const headTrees = new Map<string, string>();
+const HEAD_TREES_MAX = 1_000;
+
+function rememberHeadTree(key: string, tree: string): void {
+  if (headTrees.size >= HEAD_TREES_MAX) headTrees.delete(headTrees.keys().next().value!);
+  headTrees.set(key, tree);
 }
 
 /** Numbers a commit now on main: the next seq of the workspace's line (`commits`). */
@@ -72,20 +86,13 @@ export async function recordCommit(
   workspaceId: string,
   c: { sha: string; parent: string | null; principalId: string; message: string; at: Date },
 ): Promise<number> {
-  const last = await trx.selectFrom('commits').select('seq').where('workspace_id', '=', workspaceId).orderBy('seq', 'desc').limit(1).executeTakeFirst();
-  const seq = (last?.seq ?? 0) + 1;
-  await trx
-    .insertInto('commits')
-    .values({
-      workspace_id: workspaceId,
-      seq,
-      sha: c.sha,
-      parent_sha: c.parent,
-      principal_id: c.principalId,
-      message: c.message,
-      created_at: c.at.toISOString(),
-    })
-    .execute();
+  // The next seq is read in the insert itself: one round trip (the workspace's writers are serialized).
+  const r = await sql<{ seq: number | string }>`
+    insert into commits (workspace_id, seq, sha, parent_sha, principal_id, message, created_at)
+    values (${workspaceId}, coalesce((select seq from commits where workspace_id = ${workspaceId} order by seq desc limit 1), 0) + 1,
+      ${c.sha}, ${c.parent}, ${c.principalId}, ${c.message}, ${c.at.toISOString()})
+    returning seq`.execute(trx);
+  const seq = Number(r.rows[0]!.seq);
   // Counted once durable: a transaction rolled back (a lost race, a failed push) made no commit.
   afterCommitIfAny(trx, () => commitsMade.inc());
   return seq;

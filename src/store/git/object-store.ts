@@ -30,11 +30,34 @@ function corrupt(workspaceId: string, sha: string, why: string): Error {
 
 const REF_RE = /^refs\/(heads|tags)\/[A-Za-z0-9][A-Za-z0-9._-]*$/;
 
+/** A stored object's row, as `git_objects` holds it. */
+interface ObjectRow {
+  type: ObjectType;
+  data: Buffer;
+  base_sha: string | null;
+  depth: number;
+}
+
+/** Deferred objects written per statement (6 parameters a row, PostgreSQL allows 65,535). */
+const FLUSH_ROWS = 1_000;
+
 export class ObjectStore {
+  /**
+   * With `deferWrites`, objects are kept here and written in one statement when a ref moves
+   * (casRef) instead of one statement each: on PostgreSQL each statement is a round trip made
+   * while the workspace's write lock is held. Reads of this store see them meanwhile.
+   */
+  private readonly pending: Map<string, ObjectRow> | null;
+  /** Type and depth of objects this store has seen in the table (objects are never removed). */
+  private readonly known = new Map<string, { type: ObjectType; depth: number }>();
+
   constructor(
     private readonly db: Executor,
     readonly workspaceId: string,
-  ) {}
+    opts: { deferWrites?: boolean } = {},
+  ) {
+    this.pending = opts.deferWrites ? new Map() : null;
+  }
 
   private cacheKey(sha: string): string {
     return `${this.workspaceId}:${sha}`;
@@ -46,11 +69,62 @@ export class ObjectStore {
   }
 
   private async insert(sha: string, type: ObjectType, data: Buffer, baseSha: string | null, depth: number): Promise<void> {
+    if (this.pending) {
+      if (!this.pending.has(sha)) this.pending.set(sha, { type, data, base_sha: baseSha, depth });
+      return;
+    }
     await this.db
       .insertInto('git_objects')
       .values({ workspace_id: this.workspaceId, sha, type, data, base_sha: baseSha, depth })
       .onConflict((oc) => oc.columns(['workspace_id', 'sha']).doNothing())
       .execute();
+  }
+
+  /** Writes the deferred objects (see `pending`); casRef does before it moves a ref. */
+  async flush(): Promise<void> {
+    if (!this.pending || this.pending.size === 0) return;
+    const rows = [...this.pending].map(([sha, r]) => ({ workspace_id: this.workspaceId, sha, ...r }));
+    this.pending.clear();
+    for (let i = 0; i < rows.length; i += FLUSH_ROWS) {
+      await this.db
+        .insertInto('git_objects')
+        .values(rows.slice(i, i + FLUSH_ROWS))
+        .onConflict((oc) => oc.columns(['workspace_id', 'sha']).doNothing())
+        .execute();
+    }
+  }
+
+  /** Type and delta depth of the stored (or deferred) objects among `shas`. */
+  private async kinds(shas: readonly string[]): Promise<Map<string, { type: ObjectType; depth: number }>> {
+    const out = new Map<string, { type: ObjectType; depth: number }>();
+    const rest: string[] = [];
+    for (const sha of shas) {
+      const p = this.pending?.get(sha);
+      const k = p ? { type: p.type, depth: p.depth } : this.known.get(sha);
+      if (k) out.set(sha, k);
+      else rest.push(sha);
+    }
+    if (rest.length > 0) {
+      for (const r of await this.objects().select(['sha', 'type', 'depth']).where('sha', 'in', rest).execute()) {
+        const k = { type: r.type, depth: Number(r.depth) };
+        this.known.set(r.sha, k);
+        out.set(r.sha, k);
+      }
+    }
+    return out;
+  }
+
+  /**
+   * Looks up, in one query, objects a write is about to build on (the trees on its paths, the
+   * parent commit), so that putTree, putCommit and casRef need not ask one at a time.
+   */
+  async prefetch(shas: readonly string[]): Promise<void> {
+    await this.kinds([...new Set(shas)]);
+  }
+
+  /** One object's row, deferred or stored. */
+  private async row(sha: string): Promise<ObjectRow | undefined> {
+    return this.pending?.get(sha) ?? (await this.objects().select(['type', 'data', 'base_sha', 'depth']).where('sha', '=', sha).executeTakeFirst());
   }
 
   async putBlob(content: Buffer | string): Promise<string> {
@@ -86,25 +160,33 @@ export class ObjectStore {
     const sorted = sortTreeEntries(entries);
     const body = encodeSorted(sorted);
     const sha = hashObject('tree', body);
-    const wanted = previousSha && previousSha !== sha ? [sha, previousSha] : [sha];
+    if (this.pending?.has(sha)) {
+      treeCache.set(this.cacheKey(sha), sorted);
+      return sha;
+    }
+    // Deferring, a tree already in the table is not looked for: the write of it is skipped at
+    // flush. A base written by this store is flushed first, so its depth is the stored one.
+    if (previousSha && this.pending?.has(previousSha)) await this.flush();
+    const other = previousSha && previousSha !== sha ? [previousSha] : [];
+    const wanted = this.pending ? other : [sha, ...other];
     // The base must be visible to this executor (not just cached from a rolled-back write).
-    const rows = await this.objects().select(['sha', 'type', 'depth']).where('sha', 'in', wanted).execute();
-    if (rows.some((r) => r.sha === sha)) {
+    const rows = await this.kinds(wanted);
+    if (rows.has(sha)) {
       treeCache.set(this.cacheKey(sha), sorted);
       return sha;
     }
     let data: Buffer | undefined;
     let baseSha: string | null = null;
     let depth = 0;
-    const base = previousSha ? rows.find((r) => r.sha === previousSha) : undefined;
-    if (base && base.type === 'tree') {
-      if (Number(base.depth) < MAX_DELTA_DEPTH) {
+    const base = previousSha ? rows.get(previousSha) : undefined;
+    if (previousSha && base && base.type === 'tree') {
+      if (base.depth < MAX_DELTA_DEPTH) {
         // A delta not clearly smaller than the tree costs a chain step for nothing (small trees).
-        data = await this.deltaAgainst(base.sha, sorted, body.length / 2);
-        baseSha = base.sha;
-        depth = Number(base.depth) + 1;
+        data = await this.deltaAgainst(previousSha, sorted, body.length / 2);
+        baseSha = previousSha;
+        depth = base.depth + 1;
       } else {
-        const root = await this.chainRoot(base.sha);
+        const root = await this.chainRoot(previousSha);
         data = await this.deltaAgainst(root, sorted, body.length * REBASE_MAX_RATIO);
         baseSha = root;
         depth = 1;
@@ -133,6 +215,8 @@ export class ObjectStore {
    * descend in depth, which also rules out cycles.
    */
   private async chainRoot(sha: string): Promise<string> {
+    // The walk is one query: deferred objects must be in the table for it to see them.
+    await this.flush();
     const rows = (
       await sql<{ sha: string; base_sha: string | null; depth: number }>`
       with recursive chain(sha, base_sha, depth) as (
@@ -155,8 +239,8 @@ export class ObjectStore {
   async putCommit(commit: CommitData): Promise<string> {
     const body = encodeCommit(commit);
     const needed = [...new Set([commit.tree, ...commit.parents])];
-    const found = await this.objects().select(['sha', 'type']).where('sha', 'in', needed).execute();
-    const types = new Map(found.map((r) => [r.sha, r.type]));
+    const found = await this.kinds(needed);
+    const types = new Map([...found].map(([sha, k]) => [sha, k.type]));
     if (types.get(commit.tree) !== 'tree') throw badRequest(`Commit tree ${commit.tree} is not stored`, 'invalid_object');
     for (const p of commit.parents) {
       if (types.get(p) !== 'commit') throw badRequest(`Commit parent ${p} is not stored`, 'invalid_object');
@@ -167,13 +251,14 @@ export class ObjectStore {
   }
 
   async hasObject(sha: string): Promise<boolean> {
+    if (this.pending?.has(sha)) return true;
     const row = await this.objects().select('sha').where('sha', '=', sha).executeTakeFirst();
     return row !== undefined;
   }
 
   /** The full git body of an object (delta trees reconstructed), verified against its sha. */
   async getObject(sha: string): Promise<GitObject | null> {
-    const row = await this.objects().select(['type', 'data', 'base_sha']).where('sha', '=', sha).executeTakeFirst();
+    const row = await this.row(sha);
     if (!row) return null;
     if (row.base_sha !== null) {
       const entries = await this.getTree(sha);
@@ -215,7 +300,7 @@ export class ObjectStore {
           break;
         }
       }
-      const row = await this.objects().select(['type', 'data', 'base_sha', 'depth']).where('sha', '=', cur).executeTakeFirst();
+      const row = await this.row(cur);
       if (!row) {
         if (cur === sha) return null;
         throw corrupt(this.workspaceId, sha, `delta base ${cur} is missing`);
@@ -266,9 +351,10 @@ export class ObjectStore {
       throw badRequest(`Invalid ref name ${JSON.stringify(name)}`, 'invalid_request');
     }
     assertSha(newSha, 'ref target');
-    const target = await this.objects().select('type').where('sha', '=', newSha).executeTakeFirst();
+    const target = (await this.kinds([newSha])).get(newSha);
     // A ref to a missing object would make every git reader fail.
     if (target?.type !== 'commit') throw badRequest(`Ref target ${newSha} is not a stored commit`, 'invalid_object');
+    await this.flush();
 
     let changed: bigint;
     if (expectedOldSha === null) {

@@ -56,6 +56,24 @@ function buildChangeTree(changes: readonly PathChange[]): ChangeNode {
   return root;
 }
 
+/** The sha of every existing tree a change set rewrites (the root, then the folders on its paths). */
+export async function treesOnPaths(store: ObjectStore, rootTreeSha: string | null, changes: readonly PathChange[]): Promise<string[]> {
+  const out: string[] = [];
+  const walk = async (treeSha: string | null, node: ChangeNode): Promise<void> => {
+    if (treeSha === null) return;
+    out.push(treeSha);
+    const entries = await store.getTree(treeSha);
+    if (!entries) return;
+    for (const [name, child] of node.children ?? []) {
+      if (!child.children) continue;
+      const e = entries.find((x) => x.name === name);
+      if (e?.mode === '40000') await walk(e.sha, child);
+    }
+  };
+  await walk(rootTreeSha, buildChangeTree(changes));
+  return out;
+}
+
 /** Rewrites one tree; returns its new sha, the old sha when nothing changed, or null when it became empty. */
 async function rewriteTree(store: ObjectStore, treeSha: string | null, node: ChangeNode, prefix: string): Promise<string | null> {
   const old = treeSha ? await store.getTree(treeSha) : [];
