@@ -4,7 +4,7 @@ import { ceilingFor } from '../policy/access.js';
 import type { Action, Principal } from '../policy/principal.js';
 import { atOrBelow, isLevel, LEVELS, rank, type Level } from '../policy/sensitivity.js';
 import { hashTag, textHash, windowEmbedText } from './embed-text.js';
-import { fts5Match, pgTsQuery } from './keyword.js';
+import { fts5Match, pgRank, pgTsQuery } from './keyword.js';
 import { hasKeywordIndex, keywordTable } from './keyword-index.js';
 import type { KeywordPlan } from './keyword-plan.js';
 
@@ -179,7 +179,15 @@ async function matchesMoreThan(ctx: RetrievalContext, fts: RawBuilder<unknown>, 
 }
 
 /** Keyword-matching sections, best first, that the caller may see (at most `limit`). */
-export async function keywordCandidates(ctx: RetrievalContext, p: Principal, scope: Scope, plan: KeywordPlan, limit: number): Promise<Candidate[]> {
+export async function keywordCandidates(
+  ctx: RetrievalContext,
+  p: Principal,
+  scope: Scope,
+  plan: KeywordPlan,
+  limit: number,
+  /** The words' section counts (termDocCounts): PostgreSQL weighs each word by its rarity. */
+  docs?: ReadonlyMap<string, number>,
+): Promise<Candidate[]> {
   const { terms, op } = plan;
   const allowed = allowedLevels(p, scope.action);
   if (allowed === null || terms.length === 0) return [];
@@ -189,6 +197,7 @@ export async function keywordCandidates(ctx: RetrievalContext, p: Principal, sco
   if (ctx.store.dialect === 'postgres') {
     // The tsquery is written out in place so the planner sees a constant and uses the GIN index.
     const tq = pgTsQuery(terms, op);
+    const rank = pgRank(terms, docs, tq);
     // The plan bounds the sections ranked, as on SQLite (keyword-plan.ts): all matches when the
     // words are rare enough, else only the newest `newest` of them, or (every word common) the
     // newest matches unranked. ts_rank_cd reads each ranked section's whole tsvector.
@@ -199,14 +208,14 @@ export async function keywordCandidates(ctx: RetrievalContext, p: Principal, sco
     rows = (
       plan.scored && plan.newest === null
         ? await sql<Candidate>`
-          select ${COLS}, ts_rank_cd(s.tsv, ${tq}) as score
+          select ${COLS}, ${rank} as score
           from page_sections s join pages p on p.id = s.page_id
           where s.tsv @@ ${tq} and s.workspace_id = ${p.workspaceId} and ${w}
           order by score desc, s.id
           limit ${limit}`.execute(db)
         : await sql<Candidate>`
           with m as materialized (${matches(plan.scored ? plan.newest! : prefilter(limit, false))})
-          select ${COLS}, ${plan.scored ? sql`ts_rank_cd(s.tsv, ${tq})` : sql`0.0`} as score
+          select ${COLS}, ${plan.scored ? rank : sql`0.0`} as score
           from m join page_sections s on s.id = m.id join pages p on p.id = s.page_id
           order by score desc, ${plan.scored ? sql`s.id` : sql`s.id desc`}
           limit ${limit}`.execute(db)

@@ -8,6 +8,12 @@ import { EmbeddingUnavailableError, type EmbeddingProvider } from './embeddings/
 /** Pages taken from the backlog per round; their sections are embedded in one provider call. */
 const ROUND = 32;
 const IDLE_POLL_MS = 250;
+/**
+ * A write wakes the worker this long after it, so that a burst of writes is embedded in one
+ * round (one claim, one transaction) rather than one round each: on PostgreSQL a round is about
+ * ten round trips, spent beside the writes themselves.
+ */
+const WAKE_DELAY_MS = 25;
 /** A failed page waits 2^attempts seconds, at most this long, before its next try. */
 const MAX_BACKOFF_MS = 5 * 60_000;
 /** How long a claimed job is left to the node that claimed it (well beyond a round with provider retries). */
@@ -41,6 +47,8 @@ interface Job {
  */
 export class EmbedWorker {
   private timer: NodeJS.Timeout | undefined;
+  /** When the pending timer fires (ms since the epoch). */
+  private timerDue = 0;
   private running: Promise<void> | undefined;
   private stopped = true;
   private wakeRequested = false;
@@ -77,7 +85,9 @@ export class EmbedWorker {
       this.wakeRequested = true;
       return;
     }
-    this.schedule(0);
+    // A round already due as soon is not put off by more writes.
+    if (this.timer && this.timerDue <= Date.now() + WAKE_DELAY_MS) return;
+    this.schedule(WAKE_DELAY_MS);
   }
 
   /** Pages waiting for vectors (the backlog). */
@@ -103,15 +113,16 @@ export class EmbedWorker {
   private schedule(ms: number): void {
     if (this.stopped) return;
     if (this.timer) clearTimeout(this.timer);
+    this.timerDue = Date.now() + ms;
     this.timer = setTimeout(() => {
       this.timer = undefined;
       this.running = this.runRound(false)
         .then((n) => {
           this.running = undefined;
           // A round short of ROUND took everything due then; a write since has asked again.
-          const again = n >= ROUND || this.wakeRequested;
+          const next = n >= ROUND ? 0 : this.wakeRequested ? WAKE_DELAY_MS : IDLE_POLL_MS;
           this.wakeRequested = false;
-          this.schedule(again ? 0 : IDLE_POLL_MS);
+          this.schedule(next);
         })
         .catch(() => {
           this.running = undefined;
@@ -197,35 +208,44 @@ export class EmbedWorker {
     }
 
     const at = new Date().toISOString();
+    // The round's pages in a few statements, not a few per page.
     await inTransaction(this.store, null, async (trx) => {
-      for (const job of jobs) {
-        // A write since we read the job queued newer content: leave the job for the next round.
-        const still = await trx.selectFrom('embed_jobs').select('content_hash').where('page_id', '=', job.page_id).executeTakeFirst();
-        if (!still || still.content_hash !== job.content_hash) continue;
+      // A write since we read a job queued newer content: leave that job for the next round.
+      const queued = await trx.selectFrom('embed_jobs').select(['page_id', 'content_hash']).where('page_id', 'in', ids).execute();
+      const current = new Map(queued.map((q) => [q.page_id, q.content_hash]));
+      const done = jobs.filter((j) => current.get(j.page_id) === j.content_hash);
+      if (done.length === 0) return;
+      const doneIds = done.map((j) => j.page_id);
+      await trx.deleteFrom('section_vectors').where('page_id', 'in', doneIds).execute();
+      const rows = done.flatMap((job) => {
         const page = pages.get(job.page_id);
         const live = page !== undefined && page.deleted_at === null && page.content_hash === job.content_hash;
-        await trx.deleteFrom('section_vectors').where('page_id', '=', job.page_id).execute();
-        if (live) {
-          const rows = wanted
-            .filter((w) => w.page_id === job.page_id)
-            .map((w) => ({
-              page_id: w.page_id,
-              ord: w.ord,
-              last_ord: w.last,
-              workspace_id: job.workspace_id,
-              model: this.key,
-              text_hash: w.hash,
-              vec: fresh.get(w.hash) ?? reuse.get(w.hash)!,
-            }));
-          for (let i = 0; i < rows.length; i += 100)
-            await trx
-              .insertInto('section_vectors')
-              .values(rows.slice(i, i + 100))
-              .execute();
-        }
-        await trx.deleteFrom('embed_jobs').where('page_id', '=', job.page_id).where('content_hash', '=', job.content_hash).execute();
-        await trx.insertInto('vector_log').values({ workspace_id: job.workspace_id, page_id: job.page_id, at }).execute();
-      }
+        if (!live) return [];
+        return wanted
+          .filter((w) => w.page_id === job.page_id)
+          .map((w) => ({
+            page_id: w.page_id,
+            ord: w.ord,
+            last_ord: w.last,
+            workspace_id: job.workspace_id,
+            model: this.key,
+            text_hash: w.hash,
+            vec: fresh.get(w.hash) ?? reuse.get(w.hash)!,
+          }));
+      });
+      for (let i = 0; i < rows.length; i += 100)
+        await trx
+          .insertInto('section_vectors')
+          .values(rows.slice(i, i + 100))
+          .execute();
+      await trx
+        .deleteFrom('embed_jobs')
+        .where((eb) => eb.or(done.map((j) => eb.and([eb('page_id', '=', j.page_id), eb('content_hash', '=', j.content_hash)]))))
+        .execute();
+      await trx
+        .insertInto('vector_log')
+        .values(done.map((j) => ({ workspace_id: j.workspace_id, page_id: j.page_id, at })))
+        .execute();
     });
     if (this.status.lastError !== null && missing.length > 0) this.status.lastError = null;
     return jobs.length;

@@ -23,6 +23,14 @@ export const COMMON_DOCS = 20_000;
 /** Matching sections scored at most per query: past this, the newest matches are scored. */
 export const SCORE_BUDGET = 2_000;
 
+/**
+ * PostgreSQL's budget: ts_rank_cd costs about 5 µs a section (FTS5's bm25 0.7 µs), and the
+ * newest matches come from a backward scan of (workspace_id, id) that stops at the budget. At
+ * 3,000 pages, a word in a fifth of the sections: 46 ms at 2,000, 8 ms at 500 (issue 18,
+ * docs/decisions.md).
+ */
+export const PG_SCORE_BUDGET = 1000;
+
 /** How a keyword query runs. */
 export interface KeywordPlan {
   /** The words matched (and, when `scored`, weighed by bm25). */
@@ -44,16 +52,22 @@ export interface KeywordPlan {
  * - Any word: the rarest words are kept while their sections total at most SCORE_BUDGET (at
  *   least one word); the more frequent ones weigh little in bm25.
  */
-export function keywordPlan(terms: string[], op: 'AND' | 'OR', docs: Map<string, number> | null): KeywordPlan {
+export function keywordPlan(
+  terms: string[],
+  op: 'AND' | 'OR',
+  docs: Map<string, number> | null,
+  /** Matches ranked at most (the newest of them past it), and the sections an any-word query's words may total. */
+  budget = SCORE_BUDGET,
+): KeywordPlan {
   if (docs === null || terms.length === 0) return { terms, op, scored: true, newest: null };
   const count = (t: string) => docs.get(t) ?? 0;
   const rare = terms.filter((t) => count(t) <= COMMON_DOCS);
   if (rare.length === 0) return { terms, op, scored: false, newest: null };
-  if (op === 'AND') return { terms: rare, op, scored: true, newest: Math.min(...rare.map(count)) > SCORE_BUDGET ? SCORE_BUDGET : null };
+  if (op === 'AND') return { terms: rare, op, scored: true, newest: Math.min(...rare.map(count)) > budget ? budget : null };
   let total = 0;
-  const chosen = new Set([...rare].sort((a, b) => count(a) - count(b)).filter((t, i) => (total += count(t)) <= SCORE_BUDGET || i === 0));
+  const chosen = new Set([...rare].sort((a, b) => count(a) - count(b)).filter((t, i) => (total += count(t)) <= budget || i === 0));
   const keep = rare.filter((t) => chosen.has(t));
-  return { terms: keep, op, scored: true, newest: keep.reduce((n, t) => n + count(t), 0) > SCORE_BUDGET ? SCORE_BUDGET : null };
+  return { terms: keep, op, scored: true, newest: keep.reduce((n, t) => n + count(t), 0) > budget ? budget : null };
 }
 
 /** Counts change slowly and only steer plans: a common word's are reused for this long. */
@@ -61,6 +75,8 @@ const COUNT_TTL_MS = 10 * 60_000;
 const COUNT_CACHE_MAX = 20_000;
 /** Reading a word's count costs about its list's length: cached from this many sections up. */
 const CACHE_FROM = 1_000;
+/** PostgreSQL's counts cost more than reading FTS5's vocabulary: cached from fewer sections. */
+const PG_CACHE_FROM = 100;
 const countCaches = new WeakMap<Store, Map<string, { n: number; at: number }>>();
 
 /** Whose sections a count covers. */
@@ -144,7 +160,9 @@ async function pgCounts(store: Store, terms: string[], scope: CountScope): Promi
     const row = r.rows[0];
     const n = row && Number(row.nodes) === 0 ? COMMON_DOCS + 1 : Number(row?.n ?? 0);
     out.set(t, n);
-    if (!scope.visibility && n >= CACHE_FROM) {
+    // Kept from PG_CACHE_FROM sections: each count is a planned join (5–10 ms for a few
+    // hundred sections); rarer words are counted afresh, so one new section counts at once.
+    if (!scope.visibility && n >= PG_CACHE_FROM) {
       if (cache.size >= COUNT_CACHE_MAX) cache.clear();
       cache.set(key, { n, at: now });
     }

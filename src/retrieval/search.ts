@@ -4,7 +4,7 @@ import { searchSeconds } from '../metrics.js';
 import { hasActionWithin } from '../policy/access.js';
 import type { Principal } from '../policy/principal.js';
 import { keywordCandidates, reachSql, vectorCandidates, widestCeiling, type Candidate, type Scope } from './candidates.js';
-import { keywordPlan, termDocCounts } from './keyword-plan.js';
+import { keywordPlan, PG_SCORE_BUDGET, SCORE_BUDGET, termDocCounts } from './keyword-plan.js';
 import { EmbeddingUnavailableError } from './embeddings/provider.js';
 import { boostAndSort, fuse, VECTOR_FLOOR, type Fused } from './hybrid.js';
 import { queryTerms } from './keyword.js';
@@ -91,10 +91,10 @@ export async function keywordList(ctx: RetrievalContext, p: Principal, scope: Sc
   // One count per word serves every plan and the "weak" test below.
   const docs = await termDocCounts(ctx.store, terms, counted);
   const run = async (op: 'AND' | 'OR', words: string[]) => {
-    const plan = keywordPlan(words, op, docs);
-    const list = await keywordCandidates(ctx, p, scope, plan, limit);
+    const plan = keywordPlan(words, op, docs, ctx.store.dialect === 'postgres' ? PG_SCORE_BUDGET : SCORE_BUDGET);
+    const list = await keywordCandidates(ctx, p, scope, plan, limit, docs);
     if ((plan.scored && plan.newest === null) || list.length >= Math.min(limit, BOUNDED_MIN)) return list;
-    return keywordCandidates(ctx, p, scope, { ...plan, scored: true, newest: null }, limit);
+    return keywordCandidates(ctx, p, scope, { ...plan, scored: true, newest: null }, limit, docs);
   };
   const all = await run('AND', terms);
   if (all.length > 0 || terms.length <= 1) return all;

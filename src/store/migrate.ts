@@ -14,6 +14,7 @@ import * as m011 from './migrations/011_watches.js';
 import * as m012 from './migrations/012_oauth.js';
 import * as m013 from './migrations/013_lifecycle_runs.js';
 import * as m014 from './migrations/014_imports.js';
+import * as m015 from './migrations/015_section_recency.js';
 
 interface Migration {
   name: string;
@@ -36,6 +37,7 @@ const MIGRATIONS: Migration[] = [
   { name: '012_oauth', up: m012.up },
   { name: '013_lifecycle_runs', up: m013.up },
   { name: '014_imports', up: m014.up },
+  { name: '015_section_recency', up: m015.up },
 ];
 
 /**

@@ -4,7 +4,7 @@ import { SESSION_COOKIE } from '../../src/auth/sessions.js';
 import type { Principal } from '../../src/policy/principal.js';
 import { keywordCandidates, type Candidate, type Scope } from '../../src/retrieval/candidates.js';
 import type { Level } from '../../src/policy/sensitivity.js';
-import { COMMON_DOCS, keywordPlan, SCORE_BUDGET, termDocCounts, type KeywordPlan } from '../../src/retrieval/keyword-plan.js';
+import { COMMON_DOCS, keywordPlan, PG_SCORE_BUDGET, SCORE_BUDGET, termDocCounts, type KeywordPlan } from '../../src/retrieval/keyword-plan.js';
 import { keywordList } from '../../src/retrieval/search.js';
 import { testEngines } from '../support/engines.js';
 import { Client, createAgentWithKey, signupHuman, startTestServer, type TestServer } from '../support/server.js';
@@ -64,6 +64,15 @@ describe('keywordPlan', () => {
     expect(keywordPlan(['big', 'mid', 'common', 'one'], 'OR', docs)).toEqual({ terms: ['mid', 'one'], op: 'OR', scored: true, newest: null });
     // Every rare word fits: all kept, common ones still left out.
     expect(keywordPlan(['common', 'one', 'mid'], 'OR', docs)).toEqual({ terms: ['one', 'mid'], op: 'OR', scored: true, newest: null });
+  });
+
+  it('a budget given (PostgreSQL’s) replaces SCORE_BUDGET in every cut', () => {
+    expect(PG_SCORE_BUDGET).toBeLessThan(SCORE_BUDGET);
+    const docs = counts({ often: PG_SCORE_BUDGET + 1, once: 1 });
+    expect(keywordPlan(['often'], 'AND', docs, PG_SCORE_BUDGET).newest).toBe(PG_SCORE_BUDGET);
+    expect(keywordPlan(['often'], 'AND', docs).newest).toBeNull();
+    expect(keywordPlan(['often', 'once'], 'OR', docs, PG_SCORE_BUDGET)).toEqual({ terms: ['once'], op: 'OR', scored: true, newest: null });
+    expect(keywordPlan(['often', 'once'], 'OR', docs).terms).toEqual(['often', 'once']);
   });
 
   it('OR keeps at least the rarest word even when it alone is past the budget, scoring only the newest', () => {
@@ -304,6 +313,17 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
       expect(pathsOf(await run(low, scope(), newest(terms, 2)))).toEqual(['fb/other.md']);
       expect(pathsOf(await run(agent, scope(), newest(terms, 2))).sort()).toEqual(['fa/conf.md', 'fb/other.md']);
     }
+  });
+
+  it('keywordList ranks only the newest matches past the engine’s budget: PostgreSQL’s is smaller', async () => {
+    // The best match is old; PG_SCORE_BUDGET < 1,200 newer sections < SCORE_BUDGET mention the word once each.
+    await write({ path: 'bud/best.md', title: 'Glimmerquux', body: 'Glimmerquux glimmerquux glimmerquux: all about the glimmerquux.\n' });
+    const sections = Array.from({ length: 1_200 }, (_, i) => `## Entry ${i}\n\nOne glimmerquux mention among other words, entry ${i}.\n`).join('\n');
+    await write({ path: 'bud/many.md', title: 'Register', body: sections });
+    const list = await keywordList(s.ctx, agent, scope(), ['glimmerquux'], 20);
+    expect(list).toHaveLength(20);
+    if (sqlite) expect(pathsOf(list)[0]).toBe('bud/best.md');
+    else expect(pathsOf(list)).not.toContain('bud/best.md');
   });
 
   it('keywordList: [] when no section holds the words, and marks the any-word fallback', async () => {

@@ -35,6 +35,11 @@ describe.skipIf(!testEngines().includes('postgres'))('prepared statements (postg
       expect(mode.rows[0]!.mode).toBe('auto');
       const jit = await sql<{ jit: string }>`select current_setting('jit') as jit`.execute(db);
       expect(jit.rows[0]!.jit).toBe('off');
+      // 1.1 unless the operator configured another value (then theirs stands).
+      const cost = await sql<{ now: string; reset_val: string; boot_val: string }>`
+        select current_setting('random_page_cost') as now, reset_val, boot_val from pg_settings where name = 'random_page_cost'`.execute(db);
+      const r = cost.rows[0]!;
+      expect(r.now).toBe(r.reset_val === r.boot_val ? '1.1' : r.reset_val);
     });
   });
 
