@@ -82,7 +82,9 @@ export async function recordPageChange(ctx: CoreContext, trx: Transaction<DB>, p
   const now = at.toISOString();
   const row = pageRow(p, args);
   const id = row.id;
-  if (content) {
+  // A page already in this folder had its Space and folder rows made (they are never deleted).
+  const sameFolder = existing !== null && existing.space === target.space && existing.cluster_path === target.folderPath;
+  if (content && !sameFolder) {
     await ensureSpace(trx, p.workspaceId, target.space, now);
     await ensureFolders(trx, p.workspaceId, target.folderPath, now);
   }
