@@ -142,9 +142,13 @@ async function pgCounts(store: Store, terms: string[], scope: CountScope): Promi
   const now = Date.now();
   const levels = LEVELS.filter((l) => atOrBelow(l, scope.ceiling));
   const out = new Map<string, number>();
+  // Counts weigh words in the ranking (pgRank), so a cached one must not outlive a write that
+  // hid what it counted (a page made secret, deleted or archived, a block made confidential):
+  // cached counts belong to the workspace's latest commit, and every page change is a commit.
+  const version = scope.visibility ? null : await latestCommit(store, scope.workspaceId);
   for (const t of terms) {
     if (out.has(t)) continue;
-    const key = `${scope.workspaceId}|${scope.ceiling}|pg|${t}`;
+    const key = `${scope.workspaceId}|${scope.ceiling}|pg|${version}|${t}`;
     const hit = scope.visibility ? undefined : cache.get(key);
     if (hit && now - hit.at <= COUNT_TTL_MS) {
       out.set(t, hit.n);
@@ -168,6 +172,12 @@ async function pgCounts(store: Store, terms: string[], scope: CountScope): Promi
     }
   }
   return out;
+}
+
+/** The seq of the workspace's latest commit (0 before any). */
+async function latestCommit(store: Store, workspaceId: string): Promise<number> {
+  const r = await store.db.selectFrom('commits').select('seq').where('workspace_id', '=', workspaceId).orderBy('seq', 'desc').limit(1).executeTakeFirst();
+  return Number(r?.seq ?? 0);
 }
 
 /** Sections of the workspace's table at `ceiling` holding each term, by the index's stem (cached for common words). */
