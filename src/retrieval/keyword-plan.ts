@@ -26,8 +26,8 @@ export const SCORE_BUDGET = 2_000;
 /**
  * PostgreSQL's budget: ts_rank_cd costs about 5 µs a section (FTS5's bm25 0.7 µs), and the
  * newest matches come from a backward scan of (workspace_id, id) that stops at the budget. At
- * 3,000 pages, a word in a fifth of the sections: 46 ms at 2,000, 8 ms at 500 (issue 18,
- * docs/decisions.md).
+ * 3,000 pages, a word in a fifth of the sections: 46 ms at 2,000, 8 ms at 500. 1,000 keeps
+ * the evaluation set's quality of 2,000 (500 lost some); issue 18, docs/decisions.md.
  */
 export const PG_SCORE_BUDGET = 1000;
 
