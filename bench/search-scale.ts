@@ -2,7 +2,8 @@
  * Retrieval SPEED at scale: N synthetic pages (default 10,000; `--pages=100000`) in one workspace.
  *
  *   tsx bench/search-scale.ts [--pages=N] [--queries=300] [--pg[=URL]] [--no-vectors] [--data-dir=DIR]
- *   (--data-dir: a SQLite store kept between runs; loaded when empty, reused when it holds N pages)
+ *   (--data-dir: the store kept between runs, loaded when empty, reused when it holds N pages; with
+ *   --pg the database `cv_bench_keep_scale<N>` is kept as well)
  *   npm run bench -- --only=search_scale [--scale=100000]
  *
  * - Pages are realistic synthetic markdown: a title, tags, 3–5 `##` sections of 1–3 paragraphs,

@@ -70,6 +70,22 @@ export async function throwawayPg(adminUrl: string, label: string): Promise<{ ur
   };
 }
 
+/** A database kept between bench runs (`cv_bench_keep_<label>`), created when missing. */
+async function keptPg(adminUrl: string, label: string): Promise<string> {
+  const name = `cv_bench_keep_${label}`.toLowerCase();
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  try {
+    const have = await admin.query('select 1 from pg_database where datname = $1', [name]);
+    if (have.rowCount === 0) await admin.query(`create database ${name}`);
+  } finally {
+    await admin.end();
+  }
+  const u = new URL(adminUrl);
+  u.pathname = `/${name}`;
+  return u.toString();
+}
+
 /** Starts the service in-process and returns a principal (an agent with read, write and search). */
 export async function openHarness(opts: {
   label: string;
@@ -82,7 +98,10 @@ export async function openHarness(opts: {
   const keyFile = path.join(dataDir, 'bench-agent-key');
   let dropPg: (() => Promise<void>) | undefined;
   let databaseUrl: string | undefined;
-  if (opts.pgAdminUrl) {
+  if (opts.pgAdminUrl && opts.keepDir) {
+    // Kept between runs like the SQLite store: a database named for the label, never dropped.
+    databaseUrl = await keptPg(opts.pgAdminUrl, opts.label.replace(/[^a-z0-9]/gi, '_'));
+  } else if (opts.pgAdminUrl) {
     const db = await throwawayPg(opts.pgAdminUrl, opts.label.replace(/[^a-z0-9]/gi, '_'));
     databaseUrl = db.url;
     dropPg = db.drop;

@@ -1,7 +1,7 @@
 import { sql, type Insertable, type Kysely, type Transaction } from 'kysely';
 import { extractLinks, maxBlockLevel, parseDocument, redactBlocks } from '../markdown/index.js';
 import { visibleUnder } from '../policy/access.js';
-import { LEVELS, type Level } from '../policy/sensitivity.js';
+import { isLevel, LEVELS, rank, type Level } from '../policy/sensitivity.js';
 import type { DB, PagesTable } from '../store/schema.js';
 import { afterCommitIfAny } from '../store/tx.js';
 import { chunkBody, type Chunk } from './chunking.js';
@@ -52,62 +52,10 @@ export async function indexPages(db: Exec, rows: readonly PagesTable[], chunked?
   const ws = rows[0]?.workspace_id;
   if (ws === undefined) return;
   if (rows.some((r) => r.workspace_id !== ws)) throw new Error('indexPages: pages of one workspace at a time');
-  const sqlite = isSqlite(db);
-  if (sqlite) await ensureKeywordIndex(db, ws);
-  for (const ids of slices(rows.map((r) => r.id))) {
-    if (sqlite) {
-      await unindexSections(db, ws, ids);
-      await db.deleteFrom('page_sections').where('page_id', 'in', ids).execute();
-      await db.deleteFrom('page_links').where('source_id', 'in', ids).execute();
-      await db.deleteFrom('page_keys').where('page_id', 'in', ids).execute();
-      await db.deleteFrom('page_tags').where('page_id', 'in', ids).execute();
-    } else {
-      // One round trip instead of four: on PostgreSQL each is a wait inside the workspace's lock.
-      const list = sql.join(ids);
-      await sql`with s as (delete from page_sections where page_id in (${list})),
-        l as (delete from page_links where source_id in (${list})),
-        k as (delete from page_keys where page_id in (${list}))
-        delete from page_tags where page_id in (${list})`.execute(db);
-    }
-  }
-  // Vectors follow through the embedding worker (retrieval/embed-worker.ts): queue the pages.
-  for (const batch of slices(rows)) {
-    await db
-      .insertInto('embed_jobs')
-      .values(
-        batch.map((row) => ({
-          page_id: row.id,
-          workspace_id: ws,
-          content_hash: row.deleted_at === null ? row.content_hash : 'deleted',
-          queued_at: row.updated_at,
-          attempts: 0,
-          not_before: null,
-          last_error: null,
-        })),
-      )
-      .onConflict((oc) =>
-        oc.column('page_id').doUpdateSet((eb) => ({
-          content_hash: eb.ref('excluded.content_hash'),
-          queued_at: eb.ref('excluded.queued_at'),
-          attempts: 0,
-          not_before: null,
-        })),
-      )
-      .execute();
-  }
-  afterCommitIfAny(db, wakeEmbedWorkers);
-  // Links that reached a deleted page by id may reach a page created later at its name.
-  for (const ids of slices(rows.filter((r) => r.deleted_at !== null).map((r) => r.id))) {
-    await db.updateTable('page_links').set({ target_id: null }).where('workspace_id', '=', ws).where('target_id', 'in', ids).execute();
-  }
   const live = rows.filter((r) => r.deleted_at === null);
-  if (live.length === 0) return;
-
   const parsed = live.map((row) => ({ row, body: parseDocument(row.content).body }));
-  await insertBatched(
-    db,
-    'page_sections',
-    parsed.flatMap(({ row, body }) =>
+  const rowsOf: IndexRows = {
+    sections: parsed.flatMap(({ row, body }) =>
       (chunked?.get(row.id) ?? chunkBody(body)).map((c) => ({
         workspace_id: ws,
         page_id: row.id,
@@ -117,23 +65,16 @@ export async function indexPages(db: Exec, rows: readonly PagesTable[], chunked?
         heading_level: c.headingLevel,
         text: c.text,
         block_level: c.blockLevel,
+        level: sectionLevel(row.sensitivity, c.blockLevel),
       })),
     ),
-  );
-  if (sqlite) for (const ids of slices(live.map((r) => r.id))) await indexSections(db, ws, ids);
-
-  await insertBatched(
-    db,
-    'page_tags',
-    live.flatMap((row) => [...new Set(JSON.parse(row.tags) as string[])].map((tag) => ({ workspace_id: ws, page_id: row.id, tag }))),
-  );
-
-  const keysOf = new Map(live.map((row) => [row.id, pageKeys(row.path, row.title)]));
-  await insertBatched(
-    db,
-    'page_keys',
-    live.flatMap((row) => keysOf.get(row.id)!.map((key) => ({ workspace_id: ws, key, page_id: row.id }))),
-  );
+    tags: live.flatMap((row) => [...new Set(JSON.parse(row.tags) as string[])].map((tag) => ({ workspace_id: ws, page_id: row.id, tag }))),
+    keys: live.flatMap((row) => pageKeys(row.path, row.title).map((key) => ({ workspace_id: ws, key, page_id: row.id }))),
+  };
+  if (isSqlite(db)) await rewriteSqlite(db, ws, rows, rowsOf);
+  else await rewritePg(db, ws, rows, rowsOf);
+  afterCommitIfAny(db, wakeEmbedWorkers);
+  if (live.length === 0) return;
 
   const linked = parsed.map(({ row, body }) => ({
     row,
@@ -173,10 +114,54 @@ export async function indexPages(db: Exec, rows: readonly PagesTable[], chunked?
       })),
     ),
   );
+}
 
+/** A page's derived rows, as indexPages writes them. */
+interface IndexRows {
+  sections: Insertable<DB['page_sections']>[];
+  tags: Insertable<DB['page_tags']>[];
+  keys: Insertable<DB['page_keys']>[];
+}
+
+/** The embedding worker's job for a page (retrieval/embed-worker.ts): vectors follow the page. */
+const embedJob = (row: PagesTable) => ({ page_id: row.id, content_hash: row.deleted_at === null ? row.content_hash : 'deleted', queued_at: row.updated_at });
+
+/** SQLite: the pages' old rows out, the new ones in, statement by statement (each is a call into the same process). */
+async function rewriteSqlite(db: Exec, ws: string, rows: readonly PagesTable[], next: IndexRows): Promise<void> {
+  await ensureKeywordIndex(db, ws);
+  for (const ids of slices(rows.map((r) => r.id))) {
+    await unindexSections(db, ws, ids);
+    await db.deleteFrom('page_sections').where('page_id', 'in', ids).execute();
+    await db.deleteFrom('page_links').where('source_id', 'in', ids).execute();
+    await db.deleteFrom('page_keys').where('page_id', 'in', ids).execute();
+    await db.deleteFrom('page_tags').where('page_id', 'in', ids).execute();
+  }
+  for (const batch of slices(rows)) {
+    await db
+      .insertInto('embed_jobs')
+      .values(batch.map((row) => ({ ...embedJob(row), workspace_id: ws, attempts: 0, not_before: null, last_error: null })))
+      .onConflict((oc) =>
+        oc.column('page_id').doUpdateSet((eb) => ({
+          content_hash: eb.ref('excluded.content_hash'),
+          queued_at: eb.ref('excluded.queued_at'),
+          attempts: 0,
+          not_before: null,
+        })),
+      )
+      .execute();
+  }
+  // Links that reached a deleted page by id may reach a page created later at its name.
+  for (const ids of slices(rows.filter((r) => r.deleted_at !== null).map((r) => r.id))) {
+    await db.updateTable('page_links').set({ target_id: null }).where('workspace_id', '=', ws).where('target_id', 'in', ids).execute();
+  }
+  await insertBatched(db, 'page_sections', next.sections);
+  const live = [...new Set(next.sections.map((r) => r.page_id))];
+  for (const ids of slices(live)) await indexSections(db, ws, ids);
+  await insertBatched(db, 'page_tags', next.tags);
+  await insertBatched(db, 'page_keys', next.keys);
   // Links written before these pages existed (or before they had these names) now reach them.
-  const liveIds = live.map((r) => r.id);
-  for (const keys of slices([...new Set([...keysOf.values()].flat())])) {
+  const pageIds = rows.filter((r) => r.deleted_at === null).map((r) => r.id);
+  for (const keys of slices([...new Set(next.keys.map((k) => k.key))])) {
     await db
       .updateTable('page_links')
       .set((eb) => ({
@@ -185,7 +170,7 @@ export async function indexPages(db: Exec, rows: readonly PagesTable[], chunked?
           .select('page_keys.page_id')
           .whereRef('page_keys.workspace_id', '=', 'page_links.workspace_id')
           .whereRef('page_keys.key', '=', 'page_links.target_key')
-          .where('page_keys.page_id', 'in', liveIds)
+          .where('page_keys.page_id', 'in', pageIds)
           .limit(1),
       }))
       .where('workspace_id', '=', ws)
@@ -193,6 +178,96 @@ export async function indexPages(db: Exec, rows: readonly PagesTable[], chunked?
       .where('target_key', 'in', keys)
       .execute();
   }
+}
+
+/**
+ * PostgreSQL: the same rows in two statements per batch, each one round trip inside the
+ * workspace's lock. The first removes the pages' old rows, queues their embedding jobs, unlinks
+ * links that reached deleted pages, and answers with the removed sections' lexemes by level. The
+ * second (writeIndexPg) adds the new rows and moves the word statistics.
+ */
+async function rewritePg(db: Exec, ws: string, rows: readonly PagesTable[], next: IndexRows): Promise<void> {
+  const removed: TermCounts = { levels: [], lexemes: [], docs: [] };
+  for (const batch of slices(rows)) {
+    const ids = batch.map((r) => r.id);
+    const gone = batch.filter((r) => r.deleted_at !== null).map((r) => r.id);
+    const jobs = batch.map(embedJob);
+    const r = await sql<{
+      level: number;
+      lexeme: string;
+      docs: number;
+    }>`with s as (delete from page_sections where page_id = any(${ids}::text[]) returning level, tsv),
+        l as (delete from page_links where source_id = any(${ids}::text[])),
+        k as (delete from page_keys where page_id = any(${ids}::text[])),
+        t as (delete from page_tags where page_id = any(${ids}::text[])),
+        j as (insert into embed_jobs (page_id, workspace_id, content_hash, queued_at, attempts, not_before, last_error)
+          select u.page_id, ${ws}, u.content_hash, u.queued_at, 0, null, null
+          from unnest(${jobs.map((j) => j.page_id)}::text[], ${jobs.map((j) => j.content_hash)}::text[], ${jobs.map((j) => j.queued_at)}::text[]) as u(page_id, content_hash, queued_at)
+          on conflict (page_id) do update set content_hash = excluded.content_hash, queued_at = excluded.queued_at, attempts = 0, not_before = null),
+        -- Links that reached a deleted page by id may reach a page created later at its name
+        -- (the pages' own links are deleted above: one statement may not change a row twice).
+        g as (update page_links set target_id = null where workspace_id = ${ws} and target_id = any(${gone}::text[]) and source_id <> all(${ids}::text[]))
+        select coalesce(s.level, 3) as level, x.lexeme, count(*)::int as docs
+        from s cross join unnest(tsvector_to_array(s.tsv) || '{""}'::text[]) as x(lexeme) group by 1, 2`.execute(db);
+    for (const row of r.rows) {
+      removed.levels.push(row.level);
+      removed.lexemes.push(row.lexeme);
+      removed.docs.push(-row.docs);
+    }
+  }
+  await writeIndexPg(db, ws, next, removed);
+}
+
+/** Lexeme counts by level, as parallel arrays (one parameter each on PostgreSQL). */
+interface TermCounts {
+  levels: number[];
+  lexemes: string[];
+  docs: number[];
+}
+
+/**
+ * A section's reader level as a rank (page_sections.level): the higher of its page's
+ * sensitivity and its block's; an unknown level counts as secret, as search judges it.
+ */
+export function sectionLevel(sensitivity: string, blockLevel: string | null): number {
+  const page = isLevel(sensitivity) ? rank(sensitivity) : rank('secret');
+  const block = blockLevel === null ? 0 : isLevel(blockLevel) ? rank(blockLevel) : rank('secret');
+  return Math.max(page, block);
+}
+
+/**
+ * PostgreSQL: inserts the pages' sections, tags and names (one statement, whatever their
+ * number: each column is one array parameter), points links written before these pages existed
+ * (or before they had these names) at them, and moves the workspace's word statistics
+ * (term_stats) by what the sections add and what `removed` took away, netted per lexeme and
+ * level: rewriting a page changes only the counts of the words that came or went. Every
+ * section also counts under the lexeme '' (keyword-plan.ts DocCounts): the sections per level. Counts are
+ * written in key order, so two writers never wait on each other's rows in opposite orders.
+ */
+async function writeIndexPg(db: Exec, ws: string, next: IndexRows, removed: TermCounts): Promise<void> {
+  const { sections, tags, keys } = next;
+  if (sections.length === 0 && removed.lexemes.length === 0 && keys.length === 0) return;
+  const col = <K extends keyof Insertable<DB['page_sections']>>(k: K) => sections.map((r) => r[k]);
+  await sql`with ins as (
+      insert into page_sections (workspace_id, page_id, ord, title, heading, heading_level, text, block_level, level)
+      select ${ws}, * from unnest(${col('page_id')}::text[], ${col('ord')}::int[], ${col('title')}::text[], ${col('heading')}::text[],
+        ${col('heading_level')}::int[], ${col('text')}::text[], ${col('block_level')}::text[], ${col('level')}::int[])
+      returning level, tsv),
+    tg as (insert into page_tags (workspace_id, page_id, tag) select ${ws}, * from unnest(${tags.map((t) => t.page_id)}::text[], ${tags.map((t) => t.tag)}::text[])),
+    ky as (insert into page_keys (workspace_id, key, page_id) select ${ws}, * from unnest(${keys.map((k) => k.key)}::text[], ${keys.map((k) => k.page_id)}::text[])),
+    -- The names are known here: this statement cannot read the page_keys rows it inserts.
+    lk as (update page_links set target_id = n.page_id
+      from (select distinct on (key) key, page_id from unnest(${keys.map((k) => k.key)}::text[], ${keys.map((k) => k.page_id)}::text[]) as u(key, page_id) order by key, page_id) as n
+      where page_links.workspace_id = ${ws} and page_links.target_id is null and page_links.target_key = n.key),
+    delta as (
+      select level, lexeme, sum(docs)::int as docs from (
+        select ins.level, x.lexeme, 1 as docs from ins cross join unnest(tsvector_to_array(ins.tsv) || '{""}'::text[]) as x(lexeme)
+        union all
+        select * from unnest(${removed.levels}::int[], ${removed.lexemes}::text[], ${removed.docs}::int[])
+      ) d group by 1, 2 having sum(docs) <> 0)
+    insert into term_stats (workspace_id, lexeme, level, docs)
+    select ${ws}, lexeme, level, docs from delta order by lexeme, level
+    on conflict (workspace_id, lexeme, level) do update set docs = term_stats.docs + excluded.docs`.execute(db);
 }
 
 /** indexPages for pages of any workspaces: one call per workspace (re-indexing batches). */

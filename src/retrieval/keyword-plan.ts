@@ -1,8 +1,8 @@
 import { sql, type RawBuilder } from 'kysely';
 import { stemmer } from 'stemmer';
 import type { Store } from '../store/db.js';
-import { atOrBelow, LEVELS, type Level } from '../policy/sensitivity.js';
-import { pgTsQuery } from './keyword.js';
+import { rank, type Level } from '../policy/sensitivity.js';
+import { foldPg, pgTsQuery } from './keyword.js';
 import { hasKeywordIndex, keywordTable, vocabTable } from './keyword-index.js';
 
 /**
@@ -75,9 +75,14 @@ const COUNT_TTL_MS = 10 * 60_000;
 const COUNT_CACHE_MAX = 20_000;
 /** Reading a word's count costs about its list's length: cached from this many sections up. */
 const CACHE_FROM = 1_000;
-/** PostgreSQL's counts cost more than reading FTS5's vocabulary: cached from fewer sections. */
-const PG_CACHE_FROM = 100;
 const countCaches = new WeakMap<Store, Map<string, { n: number; at: number }>>();
+
+/**
+ * Sections holding each term; on PostgreSQL also `sections`, how many sections the ceiling reads
+ * in the workspace (term_stats keeps them as the lexeme '', which no word becomes), by which
+ * keywordCandidates sizes its window of newest sections.
+ */
+export type DocCounts = Map<string, number> & { sections?: number };
 
 /** Whose sections a count covers. */
 export interface CountScope {
@@ -99,12 +104,12 @@ export interface CountScope {
  * cannot see may move it (issue 11).
  * - SQLite: the vocabulary of the caller's keyword table, which holds only the workspace's
  *   sections at or below its ceiling: exact for a caller that sees every such section.
- * - PostgreSQL (issue 18): the workspace's sections at or below the ceiling that hold the word,
- *   counted from the GIN index and stopping past COMMON_DOCS; common words' counts are cached.
+ * - PostgreSQL (issue 18): the workspace's word statistics at the levels at or below the
+ *   ceiling (term_stats), exact and current in every transaction.
  * For a caller whose reach is narrower (`visibility`), the sections it may reach are counted,
  * stopping past COMMON_DOCS (past it a count only says "common"), and uncached.
  */
-export async function termDocCounts(store: Store, terms: string[], scope: CountScope): Promise<Map<string, number>> {
+export async function termDocCounts(store: Store, terms: string[], scope: CountScope): Promise<DocCounts> {
   if (store.dialect === 'postgres') return pgCounts(store, terms, scope);
   const table = await tableCounts(store, terms, scope.workspaceId, scope.ceiling);
   if (!scope.visibility) return table;
@@ -132,52 +137,51 @@ export async function termDocCounts(store: Store, terms: string[], scope: CountS
 }
 
 /**
- * PostgreSQL's counts: live sections of the workspace at or below the ceiling (and within
- * `visibility`) holding the word, up to COMMON_DOCS + 1. A stop word (no lexeme: the index
- * never holds it) counts as common, so the plan leaves it out as FTS5's bm25 all but ignores it.
+ * PostgreSQL's counts. For a caller that sees every section of the workspace at or below its
+ * ceiling: the workspace's word statistics (term_stats, kept by the indexer in each write's
+ * transaction; migration 016), summed over the levels it reads, in one indexed read. A term is
+ * looked up by the lexemes PostgreSQL's parser makes of it (as the query does); a term of
+ * several lexemes counts as its rarest. A stop word (no lexeme: the index never holds it) counts
+ * as common, so the plan leaves it out as FTS5's bm25 all but ignores it.
  */
-async function pgCounts(store: Store, terms: string[], scope: CountScope): Promise<Map<string, number>> {
-  let cache = countCaches.get(store);
-  if (!cache) countCaches.set(store, (cache = new Map()));
-  const now = Date.now();
-  const levels = LEVELS.filter((l) => atOrBelow(l, scope.ceiling));
-  const out = new Map<string, number>();
-  // Counts weigh words in the ranking (pgRank), so a cached one must not outlive a write that
-  // hid what it counted (a page made secret, deleted or archived, a block made confidential):
-  // cached counts belong to the workspace's latest commit, and every page change is a commit.
-  const version = scope.visibility ? null : await latestCommit(store, scope.workspaceId);
-  for (const t of terms) {
-    if (out.has(t)) continue;
-    const key = `${scope.workspaceId}|${scope.ceiling}|pg|${version}|${t}`;
-    const hit = scope.visibility ? undefined : cache.get(key);
-    if (hit && now - hit.at <= COUNT_TTL_MS) {
-      out.set(t, hit.n);
-      continue;
-    }
-    const q = pgTsQuery([t], 'AND');
-    const r = await sql<{ nodes: number; n: number }>`select numnode(${q}) as nodes, (select count(*) from (
-      select 1 from page_sections s join pages p on p.id = s.page_id
-      where s.tsv @@ ${q} and s.workspace_id = ${scope.workspaceId} and p.deleted_at is null
-        and p.sensitivity in (${sql.join(levels)}) and (s.block_level is null or s.block_level in (${sql.join(levels)}))
-        ${scope.visibility ? sql`and ${scope.visibility}` : sql``}
-      limit ${COMMON_DOCS + 1}) m) as n`.execute(store.db);
-    const row = r.rows[0];
-    const n = row && Number(row.nodes) === 0 ? COMMON_DOCS + 1 : Number(row?.n ?? 0);
-    out.set(t, n);
-    // Kept from PG_CACHE_FROM sections: each count is a planned join (5–10 ms for a few
-    // hundred sections); rarer words are counted afresh, so one new section counts at once.
-    if (!scope.visibility && n >= PG_CACHE_FROM) {
-      if (cache.size >= COUNT_CACHE_MAX) cache.clear();
-      cache.set(key, { n, at: now });
-    }
+async function pgCounts(store: Store, terms: string[], scope: CountScope): Promise<DocCounts> {
+  if (scope.visibility) return pgReachCounts(store, terms, scope, scope.visibility);
+  const unique = [...new Set(terms)];
+  const r = await sql<{ i: string; lexemes: number; n: number | null; sections: number | null }>`
+    select q.i, count(x.lexeme)::int as lexemes, min(coalesce(st.n, 0)) as n,
+      (select sum(docs) from term_stats where workspace_id = ${scope.workspaceId} and lexeme = '' and level <= ${rank(scope.ceiling)}) as sections
+    from unnest(${unique.map(foldPg)}::text[]) with ordinality as q(t, i)
+    left join lateral unnest(tsvector_to_array(to_tsvector('english', q.t))) as x(lexeme) on true
+    left join lateral (select sum(docs) as n from term_stats s
+      where s.workspace_id = ${scope.workspaceId} and s.lexeme = x.lexeme and s.level <= ${rank(scope.ceiling)}) as st on true
+    group by q.i`.execute(store.db);
+  const out: DocCounts = new Map<string, number>();
+  for (const row of r.rows) {
+    const t = unique[Number(row.i) - 1]!;
+    out.set(t, Number(row.lexemes) === 0 ? COMMON_DOCS + 1 : Math.max(0, Number(row.n ?? 0)));
+    out.sections = Number(row.sections ?? 0);
   }
   return out;
 }
 
-/** The seq of the workspace's latest commit (0 before any). */
-async function latestCommit(store: Store, workspaceId: string): Promise<number> {
-  const r = await store.db.selectFrom('commits').select('seq').where('workspace_id', '=', workspaceId).orderBy('seq', 'desc').limit(1).executeTakeFirst();
-  return Number(r?.seq ?? 0);
+/**
+ * For a caller whose reach is narrower than its ceiling over the workspace (`visibility`): the
+ * sections it may reach holding the word, counted live up to COMMON_DOCS + 1 (past it a count
+ * only says "common"), and uncached.
+ */
+async function pgReachCounts(store: Store, terms: string[], scope: CountScope, visibility: RawBuilder<unknown>): Promise<Map<string, number>> {
+  const out = new Map<string, number>();
+  for (const t of terms) {
+    if (out.has(t)) continue;
+    const q = pgTsQuery([t], 'AND');
+    const r = await sql<{ nodes: number; n: number }>`select numnode(${q}) as nodes, (select count(*) from (
+      select 1 from page_sections s join pages p on p.id = s.page_id
+      where s.tsv @@ ${q} and s.workspace_id = ${scope.workspaceId} and s.level <= ${rank(scope.ceiling)} and ${visibility}
+      limit ${COMMON_DOCS + 1}) m) as n`.execute(store.db);
+    const row = r.rows[0];
+    out.set(t, row && Number(row.nodes) === 0 ? COMMON_DOCS + 1 : Number(row?.n ?? 0));
+  }
+  return out;
 }
 
 /** Sections of the workspace's table at `ceiling` holding each term, by the index's stem (cached for common words). */

@@ -51,12 +51,18 @@ export async function reindexPages(
 }
 
 /**
- * Fills SQLite's per-workspace keyword tables from `page_sections` (a restored backup carries the
- * sections, not the engine's FTS5 tables). Nothing to do on PostgreSQL: its tsvector column is
- * computed on insert.
+ * Fills the engine's derived keyword data from `page_sections` (a restored backup carries the
+ * sections, not these): SQLite's per-workspace keyword tables; PostgreSQL's word statistics
+ * (its tsvector column is computed on insert).
  */
 export async function rebuildKeywordIndexes(db: Executor | Transaction<DB>): Promise<void> {
-  if (!isSqlite(db)) return;
+  if (!isSqlite(db)) {
+    await sql`delete from term_stats`.execute(db);
+    await sql`insert into term_stats (workspace_id, lexeme, level, docs)
+      select s.workspace_id, x.lexeme, s.level, count(*) from page_sections s cross join unnest(tsvector_to_array(s.tsv) || '{""}'::text[]) as x(lexeme)
+      group by 1, 2, 3`.execute(db);
+    return;
+  }
   const workspaces = await db.selectFrom('workspaces').select('id').execute();
   for (const { id } of workspaces) {
     await ensureKeywordIndex(db, id);

@@ -21,7 +21,8 @@ import type { DB } from './schema.js';
  *
  * What is saved is every table of the schema except engine-private ones: SQLite's FTS5 keyword
  * tables (`kw_*`, rebuilt from `page_sections` on restore by the caller's `beforeCommit`) and
- * PostgreSQL's generated `tsv` column (computed again on insert). So a SQLite backup restores
+ * PostgreSQL's generated `tsv` column (computed again on insert) and word statistics
+ * (`term_stats`, rebuilt by the same `beforeCommit`). So a SQLite backup restores
  * into PostgreSQL and back.
  *
  * A restore goes into an EMPTY deployment only (no account, no workspace), with the same schema
@@ -87,7 +88,7 @@ export function backupError(message: string): ServiceError {
 function skipped(dialect: Dialect, name: string): boolean {
   if (name === 'schema_migrations') return true; // in the header
   if (dialect === 'sqlite') return name.startsWith('sqlite_') || /^kwv?_/.test(name) || name.startsWith('page_sections_');
-  return false;
+  return name === 'term_stats';
 }
 
 async function sqliteTables(db: Db): Promise<TableInfo[]> {

@@ -15,6 +15,7 @@ import * as m012 from './migrations/012_oauth.js';
 import * as m013 from './migrations/013_lifecycle_runs.js';
 import * as m014 from './migrations/014_imports.js';
 import * as m015 from './migrations/015_section_recency.js';
+import * as m016 from './migrations/016_term_stats.js';
 
 interface Migration {
   name: string;
@@ -38,6 +39,7 @@ const MIGRATIONS: Migration[] = [
   { name: '013_lifecycle_runs', up: m013.up },
   { name: '014_imports', up: m014.up },
   { name: '015_section_recency', up: m015.up },
+  { name: '016_term_stats', up: m016.up },
 ];
 
 /**

@@ -313,6 +313,8 @@ export interface PageSectionsTable {
   text: string;
   /** The `::: level` of the block the chunk lies in, or null outside every block. */
   block_level: string | null;
+  /** The section's reader level as a rank, 0 public … 3 secret (indexer.ts sectionLevel; migration 016). */
+  level: number;
 }
 
 export interface PageLinksTable {

@@ -1,0 +1,149 @@
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { termDocCounts } from '../../src/retrieval/keyword-plan.js';
+import { testEngines } from '../support/engines.js';
+import { PASSWORD } from '../support/actors.js';
+import { finished, postJson } from '../support/imports.js';
+import { expectStatus } from '../support/expect.js';
+import { signupHuman, startTestServer, type Client, type TestServer } from '../support/server.js';
+
+/**
+ * Issue 18: PostgreSQL's word statistics (term_stats, migration 016) are kept by the indexer in
+ * each write's own transaction. After every kind of write a user can make, through the real
+ * REST face, they must equal a count made afresh from the sections, level by level, and each
+ * section's level must be the higher of its page's sensitivity and its block's.
+ */
+describe.skipIf(!testEngines().includes('postgres'))('word statistics follow every write (postgres)', () => {
+  let s: TestServer;
+  let c: pg.Client;
+  let owner: Client;
+  let workspaceId: string;
+
+  beforeAll(async () => {
+    s = await startTestServer('postgres');
+    c = new pg.Client({ connectionString: s.ctx.config.databaseUrl });
+    await c.connect();
+    const h = await signupHuman(s.url, 'Stats');
+    owner = h.client;
+    workspaceId = h.workspace.id;
+  });
+  afterAll(async () => {
+    await c?.end();
+    await s?.stop();
+  });
+
+  const rankSql = (col: string, missing: string) =>
+    `case coalesce(${col}, '${missing}') when 'public' then 0 when 'internal' then 1 when 'confidential' then 2 else 3 end`;
+
+  /** term_stats against a fresh count, and every section's level against its page's. */
+  async function expectConsistent(): Promise<void> {
+    const kept = await c.query<{ k: string; docs: number }>(
+      `select workspace_id || ' ' || lexeme || ' ' || level as k, docs from term_stats where docs <> 0 order by 1`,
+    );
+    const fresh = await c.query<{ k: string; docs: number }>(
+      `select s.workspace_id || ' ' || x.lexeme || ' ' || s.level as k, count(*)::int as docs
+       from page_sections s cross join unnest(tsvector_to_array(s.tsv) || '{""}'::text[]) as x(lexeme) group by 1 order by 1`,
+    );
+    expect(kept.rows.length).toBeGreaterThan(0);
+    expect(kept.rows).toEqual(fresh.rows);
+    const wrong = await c.query(
+      `select s.id from page_sections s join pages p on p.id = s.page_id
+       where s.level is distinct from greatest(${rankSql('p.sensitivity', 'secret')}, ${rankSql('s.block_level', 'public')})`,
+    );
+    expect(wrong.rows).toEqual([]);
+    const negative = await c.query(`select lexeme from term_stats where docs < 0`);
+    expect(negative.rows).toEqual([]);
+  }
+
+  const counted = async (word: string, ceiling: 'public' | 'internal' | 'confidential' | 'secret') =>
+    (await termDocCounts(s.ctx.store, [word], { workspaceId, ceiling })).get(word);
+
+  const page = (level: string, words: string, block = '') =>
+    `---\nsensitivity: ${level}\n---\n# ${words.split(' ')[0]}\n\n${words}\n\n## More\n\n${words} trailing quillwort\n${block}`;
+
+  it('creates, rewrites, level changes, moves, archives, restores, deletes and imports keep the counts exact', async () => {
+    const ids: string[] = [];
+    for (const [i, level] of ['public', 'internal', 'confidential', 'secret'].entries()) {
+      const r = await owner.post('/api/v1/nodes', { path: `eng/p${i}.md`, content: page(level, `zephyrine alpha${i} shared words here`) });
+      expectStatus(r, 201);
+      ids.push(r.body.id);
+    }
+    const withBlock = await owner.post('/api/v1/nodes', {
+      path: 'eng/block.md',
+      content: page('public', 'zephyrine open text', '\n::: secret\nhidden marrowbone zephyrine\n:::\n'),
+    });
+    expectStatus(withBlock, 201);
+    ids.push(withBlock.body.id);
+    await expectConsistent();
+    // "zephyrine": one section of each page's two holds it once per section (title and body, then "More").
+    expect(await counted('zephyrine', 'public')).toBe(4);
+    expect(await counted('zephyrine', 'secret')).toBe(11);
+    expect(await counted('marrowbone', 'confidential')).toBe(0);
+    expect(await counted('marrowbone', 'secret')).toBe(1);
+
+    // A rewrite that keeps most words and changes a few.
+    let r = await owner.put(`/api/v1/nodes/${ids[0]}`, { content: page('public', 'zephyrine alpha0 shared words there newword') });
+    expectStatus(r, 200);
+    await expectConsistent();
+
+    // The public page made secret: its sections leave the public counts in the same commit.
+    r = await owner.put(`/api/v1/nodes/${ids[0]}`, { content: page('secret', 'zephyrine alpha0 shared words there newword') });
+    expectStatus(r, 200);
+    await expectConsistent();
+    expect(await counted('zephyrine', 'public')).toBe(2);
+    expect(await counted('newword', 'public')).toBe(0);
+    expect(await counted('newword', 'secret')).toBe(2);
+
+    // The block's level changes, then the block goes.
+    r = await owner.put(`/api/v1/nodes/${ids[4]}`, { content: page('public', 'zephyrine open text', '\n::: internal\nhidden marrowbone zephyrine\n:::\n') });
+    expectStatus(r, 200);
+    await expectConsistent();
+    expect(await counted('marrowbone', 'internal')).toBe(1);
+    r = await owner.put(`/api/v1/nodes/${ids[4]}`, { content: page('public', 'zephyrine open text') });
+    expectStatus(r, 200);
+    await expectConsistent();
+    expect(await counted('marrowbone', 'secret')).toBe(0);
+
+    expectStatus(await owner.post(`/api/v1/nodes/${ids[1]}/move`, { to: 'ops/moved.md' }), 200);
+    await expectConsistent();
+    expectStatus(await owner.post(`/api/v1/nodes/${ids[2]}/archive`, { reason: 'stale' }), 200);
+    await expectConsistent();
+    expectStatus(await owner.post(`/api/v1/nodes/${ids[2]}/restore`, {}), 200);
+    await expectConsistent();
+    expectStatus(await owner.post('/api/auth/stepup', { password: PASSWORD }), 200);
+    expectStatus(await owner.delete(`/api/v1/nodes/${ids[3]}`), 200);
+    await expectConsistent();
+    expect(await counted('alpha3', 'secret')).toBe(0);
+
+    const job = await postJson(
+      owner,
+      'imported',
+      Array.from({ length: 30 }, (_, i) => ({ path: `batch/i${i}.md`, content: page(i % 2 ? 'internal' : 'public', `zephyrine import${i} quillwort`) })),
+    );
+    expect([200, 202], job.text).toContain(job.status);
+    expect((await finished(owner, job.body)).status).toBe('done');
+    await expectConsistent();
+    expect(await counted('quillwort', 'public')).toBeGreaterThanOrEqual(15);
+  });
+
+  it('six writers creating and rewriting pages at once leave the counts exact', async () => {
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: 6 }, async (_, w) => {
+        while (next < 60) {
+          const n = next++;
+          const created = await owner.post('/api/v1/nodes', {
+            path: `many/w${w}-${n}.md`,
+            content: page('internal', `zephyrine writer${w} page${n} common words`),
+          });
+          expectStatus(created, 201);
+          if (n % 3 === 0) {
+            const again = await owner.put(`/api/v1/nodes/${created.body.id}`, { content: page('public', `zephyrine writer${w} rewritten${n}`) });
+            expectStatus(again, 200);
+          }
+        }
+      }),
+    );
+    await expectConsistent();
+  });
+});
