@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import { halfSentRequest } from '../support/raw-http.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SchemaAheadError } from '../../src/store/migrate.js';
+import { rebuildKeywordIndexes } from '../../src/retrieval/reindex-pages.js';
 import { createTestDatabase, testEngines } from '../support/engines.js';
 import { call, connectMcp, ok } from '../mcp/support.js';
 import { Client, createAgentWithKey, joinAs, signupHuman, startServerOn, startTestServer, type TestServer } from '../support/server.js';
@@ -433,14 +434,16 @@ describe.each(testEngines())('attack: session C changes (%s)', (engine) => {
           .where('workspace_id', '=', wsId)
           .where('path', '=', 'orcvault/s.md')
           .executeTakeFirstOrThrow();
-        // Rows no route can write this fast: copies of the page's first section holding both words.
+        // Rows no route can write this fast: copies of the page's first section holding both words,
+        // at its level, then the word statistics counted again from the sections, as a restore does.
         const fill = async (pageId: string) =>
-          sql`insert into page_sections (workspace_id, page_id, ord, title, heading, heading_level, text, block_level)
-              select workspace_id, page_id, 1000 + g, title, heading, heading_level, 'korrigan wyvernel hidden copy ' || g, block_level
+          sql`insert into page_sections (workspace_id, page_id, ord, title, heading, heading_level, text, block_level, level)
+              select workspace_id, page_id, 1000 + g, title, heading, heading_level, 'korrigan wyvernel hidden copy ' || g, block_level, level
               from page_sections, generate_series(1, 20001) g
               where id = (select min(id) from page_sections where page_id = ${pageId})`.execute(db());
         await fill(secret.id);
         await fill(bSlugPage!.id);
+        await rebuildKeywordIndexes(db());
         const after = await observe();
         // The owner sees the secret sections: for them both words are now common, and the plan
         // ranks the newest matches unscored (the secret page's copies first). That plan for the
