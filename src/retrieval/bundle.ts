@@ -174,10 +174,8 @@ async function assembleBundle(ctx: RetrievalContext, p: Principal, opts: BundleO
   const terms = queryTerms(intent);
 
   const depth = rankDepth(opts.budgetTokens);
-  // Both lists at once: on PostgreSQL the keyword list waits on the database while the vector
-  // list ranks in this process.
-  const [kw, vecOrNull] = await Promise.all([keywordList(ctx, p, scope, terms, depth), vectorList(ctx, p, scope, intent, depth)]);
-  const vec = vecOrNull ?? [];
+  const kw = await keywordList(ctx, p, scope, terms, depth);
+  const vec = (await vectorList(ctx, p, scope, intent, depth)) ?? [];
   const ranked = await rankHybrid(ctx, p, kw, vec, (c) => `${c.page_id}\u0000${c.ord}`, terms);
 
   const header = `# Context: ${intent.replace(/\s+/g, ' ').slice(0, 200)}\n`;
