@@ -1,11 +1,13 @@
+import { sql } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { termDocCounts } from '../../src/retrieval/keyword-plan.js';
-import { testEngines } from '../support/engines.js';
+import { openStore } from '../../src/store/db.js';
+import { createTestDatabase, testEngines } from '../support/engines.js';
 import { PASSWORD } from '../support/actors.js';
 import { finished, postJson } from '../support/imports.js';
 import { expectStatus } from '../support/expect.js';
-import { signupHuman, startTestServer, type Client, type TestServer } from '../support/server.js';
+import { Client, signupHuman, startServerOn, startTestServer, type TestServer } from '../support/server.js';
 
 /**
  * Issue 18: PostgreSQL's word statistics (term_stats, migration 016) are kept by the indexer in
@@ -146,4 +148,62 @@ describe.skipIf(!testEngines().includes('postgres'))('word statistics follow eve
     );
     await expectConsistent();
   });
+});
+
+/**
+ * Migration 016 on a deployment that already has pages: every section gets its level, and on
+ * PostgreSQL the word statistics are counted from the sections, so search ranks as before.
+ */
+describe.each(testEngines())('migration 016 on an existing deployment (%s)', (engine) => {
+  it('sets every section’s level and counts the words already written', async () => {
+    const tdb = await createTestDatabase(engine);
+    try {
+      const first = await startServerOn(tdb);
+      const h = await signupHuman(first.url, 'Before');
+      for (const [path, level, extra] of [
+        ['up/pub.md', 'public', ''],
+        ['up/conf.md', 'confidential', ''],
+        ['up/blocks.md', 'internal', '\n::: secret\nbrindlewort hidden\n:::\n'],
+      ] as const) {
+        const r = await h.client.post('/api/v1/nodes', { path, content: `---\nsensitivity: ${level}\n---\n# ${level}\n\nbrindlewort in ${level}.\n${extra}` });
+        expectStatus(r, 201);
+      }
+      await first.close();
+
+      // Back to the schema before migration 016.
+      const store = await openStore({ dataDir: tdb.dataDir, databaseUrl: tdb.databaseUrl });
+      if (engine === 'postgres') await sql`drop table term_stats`.execute(store.db);
+      await sql`alter table page_sections drop column level`.execute(store.db);
+      await sql`delete from schema_migrations where name = '016_term_stats'`.execute(store.db);
+      await store.close();
+
+      const second = await startServerOn(tdb);
+      try {
+        const levels = (
+          await sql<{ path: string; block_level: string | null; level: number }>`select p.path, s.block_level, s.level
+            from page_sections s join pages p on p.id = s.page_id order by p.path, s.ord`.execute(second.ctx.store.db)
+        ).rows;
+        expect(levels).toEqual([
+          { path: 'up/blocks.md', block_level: null, level: 1 },
+          { path: 'up/blocks.md', block_level: 'secret', level: 3 },
+          { path: 'up/conf.md', block_level: null, level: 2 },
+          { path: 'up/pub.md', block_level: null, level: 0 },
+        ]);
+        if (engine === 'postgres') {
+          const counted = async (ceiling: 'public' | 'internal' | 'confidential' | 'secret') =>
+            (await termDocCounts(second.ctx.store, ['brindlewort'], { workspaceId: h.workspace.id, ceiling })).get('brindlewort');
+          expect([await counted('public'), await counted('internal'), await counted('confidential'), await counted('secret')]).toEqual([1, 2, 3, 4]);
+        }
+        const c = new Client(second.url);
+        c.cookies = h.client.cookies;
+        const r = await c.get('/api/v1/search?q=brindlewort&mode=fts');
+        expectStatus(r, 200);
+        expect(r.body.results.map((x: { path: string }) => x.path).sort()).toEqual(['up/blocks.md', 'up/conf.md', 'up/pub.md']);
+      } finally {
+        await second.close();
+      }
+    } finally {
+      await tdb.cleanup();
+    }
+  }, 60_000);
 });
