@@ -16,8 +16,8 @@ import type { Executor, Store } from '../store/db.js';
  * The cost is space and write time: a public section is indexed four times.
  *
  * The tables are contentless (rows are read from page_sections by id) with
- * `contentless_delete`, so the indexer removes a page's rows by id alone. PostgreSQL needs none
- * of this: ts_rank_cd uses no corpus statistics.
+ * `contentless_delete`, so the indexer removes a page's rows by id alone. PostgreSQL keeps its
+ * word statistics per workspace and level in `term_stats` instead (migration 016, indexer.ts).
  */
 
 /** A workspace id as part of an SQL name: ids are `ws_` and a ULID; anything else is hex-encoded. */
