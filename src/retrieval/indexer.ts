@@ -87,12 +87,16 @@ export async function indexPages(db: Exec, rows: readonly PagesTable[], chunked?
   const wanted = [...new Set(linked.flatMap((p) => p.links.map((l) => l.key)).filter((k): k is string => k !== null))];
   const found = new Map<string, { id: string; path: string }[]>();
   for (const keys of slices(wanted)) {
+    // The names first, then their pages by id: PostgreSQL planning the join from stale statistics
+    // (a workspace loaded since its last ANALYZE) walked every live page instead (88 ms).
     const hits = await db
-      .selectFrom('page_keys')
-      .innerJoin('pages', 'pages.id', 'page_keys.page_id')
-      .select(['page_keys.key', 'pages.id', 'pages.path'])
-      .where('page_keys.workspace_id', '=', ws)
-      .where('page_keys.key', 'in', keys)
+      .with(
+        (w) => w('k').materialized(),
+        (q) => q.selectFrom('page_keys').select(['key', 'page_id']).where('workspace_id', '=', ws).where('key', 'in', keys),
+      )
+      .selectFrom('k')
+      .innerJoin('pages', 'pages.id', 'k.page_id')
+      .select(['k.key', 'pages.id', 'pages.path'])
       .where('pages.deleted_at', 'is', null)
       .execute();
     for (const r of hits) found.set(r.key, [...(found.get(r.key) ?? []), { id: r.id, path: r.path }]);

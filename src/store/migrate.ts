@@ -16,6 +16,7 @@ import * as m013 from './migrations/013_lifecycle_runs.js';
 import * as m014 from './migrations/014_imports.js';
 import * as m015 from './migrations/015_section_recency.js';
 import * as m016 from './migrations/016_term_stats.js';
+import * as m017 from './migrations/017_fast_fold.js';
 
 interface Migration {
   name: string;
@@ -40,6 +41,7 @@ const MIGRATIONS: Migration[] = [
   { name: '014_imports', up: m014.up },
   { name: '015_section_recency', up: m015.up },
   { name: '016_term_stats', up: m016.up },
+  { name: '017_fast_fold', up: m017.up },
 ];
 
 /**
