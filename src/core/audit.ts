@@ -3,6 +3,7 @@ import { sql } from 'kysely';
 import { decideAuditRead } from '../policy/audit.js';
 import type { Principal } from '../policy/principal.js';
 import type { Executor } from '../store/db.js';
+import { lockedState, noteLocked } from '../store/tx.js';
 import type { AuditLogTable } from '../store/schema.js';
 import { AUDIT_LIMITS, type AuditQuery } from './audit-input.js';
 import type { CoreContext } from './context.js';
@@ -35,13 +36,11 @@ export async function appendAudit(trx: Executor, workspaceId: string, input: Aud
 /** Appends entries in order, chained, in a few statements (an import's batch); same transaction rule. */
 export async function appendAuditMany(trx: Executor, workspaceId: string, inputs: readonly AuditInput[], at = new Date()): Promise<void> {
   if (inputs.length === 0) return;
-  const last = await trx
-    .selectFrom('audit_log')
-    .select(['seq', 'hash'])
-    .where('workspace_id', '=', workspaceId)
-    .orderBy('seq', 'desc')
-    .limit(1)
-    .executeTakeFirst();
+  // Under PostgreSQL's workspace lock the tail was read with the lock (store/tx.ts).
+  const locked = lockedState(trx, workspaceId);
+  const last = locked
+    ? (locked.auditTail ?? undefined)
+    : await trx.selectFrom('audit_log').select(['seq', 'hash']).where('workspace_id', '=', workspaceId).orderBy('seq', 'desc').limit(1).executeTakeFirst();
   let seq = last?.seq ?? 0;
   let prevHash = last?.hash ?? GENESIS;
   const rows = inputs.map((input) => {
@@ -62,6 +61,7 @@ export async function appendAuditMany(trx: Executor, workspaceId: string, inputs
       .insertInto('audit_log')
       .values(rows.slice(i, i + 500))
       .execute();
+  noteLocked(trx, workspaceId, { auditTail: { seq, hash: prevHash } });
 }
 
 /** Where a chain first breaks: the entry whose stored hashes do not follow from its predecessor. */

@@ -3,9 +3,9 @@ import { canCreateSpace, ceilingFor, hasActionWithin } from '../policy/access.js
 import { canReadPage } from '../policy/pages.js';
 import type { Principal } from '../policy/principal.js';
 import { atOrBelow, LEVELS } from '../policy/sensitivity.js';
-import type { Executor } from '../store/db.js';
+import { isSqlite, type Executor } from '../store/db.js';
 import type { SpacesTable } from '../store/schema.js';
-import { inTransaction } from '../store/tx.js';
+import { afterCommitIfAny, inTransaction } from '../store/tx.js';
 import { appendAudit } from './audit.js';
 import type { CoreContext } from './context.js';
 import { conflict, forbidden, notFound } from './errors.js';
@@ -22,6 +22,40 @@ export async function ensureSpace(trx: Executor, workspaceId: string, space: str
     .values({ workspace_id: workspaceId, id: space, name: space, summary: '', created_at: now })
     .onConflict((oc) => oc.columns(['workspace_id', 'id']).doNothing())
     .execute();
+}
+
+/**
+ * Spaces and folder paths known to have their rows, by `workspaceId\0space\0folderPath`, learned
+ * once the transaction that made or saw them committed (they are never deleted): a write into a
+ * known folder skips the statements, which on PostgreSQL are round trips made under the
+ * workspace's lock. Bounded: emptied when full.
+ */
+const placed = new Set<string>();
+const PLACED_MAX = 10_000;
+
+/**
+ * The Space and the folder rows a page at `folderPath` needs (ensureSpace and ensureFolders),
+ * skipped when this process has seen them committed, in one statement on PostgreSQL.
+ */
+export async function ensurePlace(trx: Executor, workspaceId: string, space: string, folderPath: string, now: string): Promise<void> {
+  const key = `${workspaceId}\0${space}\0${folderPath}`;
+  if (placed.has(key)) return;
+  if (isSqlite(trx)) {
+    await ensureSpace(trx, workspaceId, space, now);
+    await ensureFolders(trx, workspaceId, folderPath, now);
+  } else {
+    const chain = folderChain(folderPath);
+    await sql`with s as (
+        insert into spaces (workspace_id, id, name, summary, created_at) values (${workspaceId}, ${space}, ${space}, '', ${now})
+        on conflict (workspace_id, id) do nothing)
+      insert into folders (workspace_id, path, space, summary, auto_archive_days, half_life_days, archived, created_at)
+      select ${workspaceId}, p, ${space}, '', null, null, 0, ${now} from unnest(${chain}::text[]) as u(p)
+      on conflict (workspace_id, path) do nothing`.execute(trx);
+  }
+  afterCommitIfAny(trx, () => {
+    if (placed.size >= PLACED_MAX) placed.clear();
+    placed.add(key);
+  });
 }
 
 /** Folder rows hold settings (summary, lifecycle); they appear on first use. */

@@ -38,8 +38,13 @@ function slices<T>(values: readonly T[], size = BATCH): T[][] {
  * transaction (commitPage calls it for every create, update, move, archive, restore and
  * delete). Everything is rebuilt from the row: a page is small and a write is rare next to reads.
  */
-export async function indexPage(db: Exec, row: PagesTable): Promise<void> {
-  await indexPages(db, [row]);
+export async function indexPage(db: Exec, row: PagesTable, opts: IndexOptions = {}): Promise<void> {
+  await indexPages(db, [row], undefined, opts);
+}
+
+export interface IndexOptions {
+  /** The pages are new (ids never indexed before): there are no old rows to remove. */
+  fresh?: boolean;
 }
 
 /**
@@ -48,7 +53,7 @@ export async function indexPage(db: Exec, row: PagesTable): Promise<void> {
  * each other whatever their order. `chunked`: pages' chunks already cut (chunkBody of the
  * page's body), by page id, by a caller that parsed the pages anyway.
  */
-export async function indexPages(db: Exec, rows: readonly PagesTable[], chunked?: ReadonlyMap<string, Chunk[]>): Promise<void> {
+export async function indexPages(db: Exec, rows: readonly PagesTable[], chunked?: ReadonlyMap<string, Chunk[]>, opts: IndexOptions = {}): Promise<void> {
   const ws = rows[0]?.workspace_id;
   if (ws === undefined) return;
   if (rows.some((r) => r.workspace_id !== ws)) throw new Error('indexPages: pages of one workspace at a time');
@@ -72,6 +77,7 @@ export async function indexPages(db: Exec, rows: readonly PagesTable[], chunked?
     keys: live.flatMap((row) => pageKeys(row.path, row.title).map((key) => ({ workspace_id: ws, key, page_id: row.id }))),
   };
   if (isSqlite(db)) await rewriteSqlite(db, ws, rows, rowsOf);
+  else if (opts.fresh && live.length === rows.length) await writeIndexPg(db, ws, rowsOf, { levels: [], lexemes: [], docs: [] }, rows.map(embedJob));
   else await rewritePg(db, ws, rows, rowsOf);
   afterCommitIfAny(db, wakeEmbedWorkers);
   if (live.length === 0) return;
@@ -129,6 +135,15 @@ interface IndexRows {
 
 /** The embedding worker's job for a page (retrieval/embed-worker.ts): vectors follow the page. */
 const embedJob = (row: PagesTable) => ({ page_id: row.id, content_hash: row.deleted_at === null ? row.content_hash : 'deleted', queued_at: row.updated_at });
+type EmbedJob = ReturnType<typeof embedJob>;
+
+/** PostgreSQL: the pages' embedding jobs queued (or re-queued), as one part of a statement. */
+function embedJobsInsert(ws: string, jobs: readonly EmbedJob[]) {
+  return sql`insert into embed_jobs (page_id, workspace_id, content_hash, queued_at, attempts, not_before, last_error)
+    select u.page_id, ${ws}, u.content_hash, u.queued_at, 0, null, null
+    from unnest(${jobs.map((j) => j.page_id)}::text[], ${jobs.map((j) => j.content_hash)}::text[], ${jobs.map((j) => j.queued_at)}::text[]) as u(page_id, content_hash, queued_at)
+    on conflict (page_id) do update set content_hash = excluded.content_hash, queued_at = excluded.queued_at, attempts = 0, not_before = null`;
+}
 
 /** SQLite: the pages' old rows out, the new ones in, statement by statement (each is a call into the same process). */
 async function rewriteSqlite(db: Exec, ws: string, rows: readonly PagesTable[], next: IndexRows): Promise<void> {
@@ -204,10 +219,7 @@ async function rewritePg(db: Exec, ws: string, rows: readonly PagesTable[], next
         l as (delete from page_links where source_id = any(${ids}::text[])),
         k as (delete from page_keys where page_id = any(${ids}::text[])),
         t as (delete from page_tags where page_id = any(${ids}::text[])),
-        j as (insert into embed_jobs (page_id, workspace_id, content_hash, queued_at, attempts, not_before, last_error)
-          select u.page_id, ${ws}, u.content_hash, u.queued_at, 0, null, null
-          from unnest(${jobs.map((j) => j.page_id)}::text[], ${jobs.map((j) => j.content_hash)}::text[], ${jobs.map((j) => j.queued_at)}::text[]) as u(page_id, content_hash, queued_at)
-          on conflict (page_id) do update set content_hash = excluded.content_hash, queued_at = excluded.queued_at, attempts = 0, not_before = null),
+        j as (${embedJobsInsert(ws, jobs)}),
         -- Links that reached a deleted page by id may reach a page created later at its name
         -- (the pages' own links are deleted above: one statement may not change a row twice).
         g as (update page_links set target_id = null where workspace_id = ${ws} and target_id = any(${gone}::text[]) and source_id <> all(${ids}::text[]))
@@ -248,11 +260,12 @@ export function sectionLevel(sensitivity: string, blockLevel: string | null): nu
  * section also counts under the lexeme '' (keyword-plan.ts DocCounts): the sections per level. Counts are
  * written in key order, so two writers never wait on each other's rows in opposite orders.
  */
-async function writeIndexPg(db: Exec, ws: string, next: IndexRows, removed: TermCounts): Promise<void> {
+async function writeIndexPg(db: Exec, ws: string, next: IndexRows, removed: TermCounts, jobs: readonly EmbedJob[] = []): Promise<void> {
   const { sections, tags, keys } = next;
-  if (sections.length === 0 && removed.lexemes.length === 0 && keys.length === 0) return;
+  if (sections.length === 0 && removed.lexemes.length === 0 && keys.length === 0 && jobs.length === 0) return;
   const col = <K extends keyof Insertable<DB['page_sections']>>(k: K) => sections.map((r) => r[k]);
-  await sql`with ins as (
+  await sql`with j as (${embedJobsInsert(ws, jobs)}),
+    ins as (
       insert into page_sections (workspace_id, page_id, ord, title, heading, heading_level, text, block_level, level)
       select ${ws}, * from unnest(${col('page_id')}::text[], ${col('ord')}::int[], ${col('title')}::text[], ${col('heading')}::text[],
         ${col('heading_level')}::int[], ${col('text')}::text[], ${col('block_level')}::text[], ${col('level')}::int[])

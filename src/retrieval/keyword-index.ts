@@ -1,4 +1,4 @@
-import { sql, SqliteAdapter, type RawBuilder } from 'kysely';
+import { sql, type RawBuilder } from 'kysely';
 import { LEVELS, type Level } from '../policy/sensitivity.js';
 import type { Executor, Store } from '../store/db.js';
 
@@ -35,9 +35,7 @@ export function vocabTable(workspaceId: string, level: Level): RawBuilder<unknow
   return sql.table(`kwv_${level}_${suffix(workspaceId)}`);
 }
 
-export function isSqlite(db: Executor): boolean {
-  return db.getExecutor().adapter instanceof SqliteAdapter;
-}
+export { isSqlite } from '../store/db.js';
 
 const known = new WeakMap<object, Set<string>>();
 

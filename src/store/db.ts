@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { Kysely, PostgresDialect, SqliteDialect, sql, type Transaction } from 'kysely';
+import { Kysely, PostgresDialect, SqliteAdapter, SqliteDialect, sql, type Transaction } from 'kysely';
 import pg from 'pg';
 import type { DB } from './schema.js';
 import { migrate } from './migrate.js';
@@ -17,6 +17,11 @@ export interface Store {
 
 /** Either the root connection or an open transaction: core functions accept both. */
 export type Executor = Kysely<DB> | Transaction<DB>;
+
+/** Whether an executor (a database or a transaction on it) is the embedded SQLite. */
+export function isSqlite(db: Executor): boolean {
+  return db.getExecutor().adapter instanceof SqliteAdapter;
+}
 
 export interface StoreOptions {
   dataDir: string;

@@ -17,6 +17,7 @@ import * as m014 from './migrations/014_imports.js';
 import * as m015 from './migrations/015_section_recency.js';
 import * as m016 from './migrations/016_term_stats.js';
 import * as m017 from './migrations/017_fast_fold.js';
+import * as m018 from './migrations/018_write_lock.js';
 
 interface Migration {
   name: string;
@@ -42,6 +43,7 @@ const MIGRATIONS: Migration[] = [
   { name: '015_section_recency', up: m015.up },
   { name: '016_term_stats', up: m016.up },
   { name: '017_fast_fold', up: m017.up },
+  { name: '018_write_lock', up: m018.up },
 ];
 
 /**

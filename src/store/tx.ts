@@ -5,6 +5,34 @@ import type { DB } from './schema.js';
 const hooksOf = new WeakMap<object, Array<() => void>>();
 
 /**
+ * What a PostgreSQL writer read when it took its workspace's lock, kept current by the writes
+ * that move it (ObjectStore.casRef, appendAuditMany) for the rest of the transaction: nobody else
+ * can move them while the lock is held, so they need not be read again.
+ */
+interface LockedState {
+  workspaceId: string;
+  /** refs/heads/main (null: no commit yet). */
+  head: string | null;
+  /** The newest audit entry (null: none yet). */
+  auditTail: { seq: number; hash: string } | null;
+}
+const lockedOf = new WeakMap<object, LockedState>();
+
+/** The state read under the lock of `workspaceId` in this transaction, or undefined (not held, or SQLite). */
+export function lockedState(db: object, workspaceId: string): Omit<LockedState, 'workspaceId'> | undefined {
+  const s = lockedOf.get(db);
+  return s && s.workspaceId === workspaceId ? s : undefined;
+}
+
+/** Records a move of main or of the audit tail made under the lock (no-op when not held). */
+export function noteLocked(db: object, workspaceId: string, change: { head: string } | { auditTail: { seq: number; hash: string } }): void {
+  const s = lockedOf.get(db);
+  if (!s || s.workspaceId !== workspaceId) return;
+  if ('head' in change) s.head = change.head;
+  else s.auditTail = change.auditTail;
+}
+
+/**
  * Runs one mutation in one transaction. With a workspace id, writers of that workspace
  * are serialised (PostgreSQL row lock; SQLite has a single writer already), so the
  * commit chain, the audit hash chain and inbox sequences never fork.
@@ -14,7 +42,17 @@ export async function inTransaction<T>(store: Store, workspaceId: string | null,
   const result = await store.db.transaction().execute(async (trx) => {
     hooksOf.set(trx, hooks);
     if (workspaceId && store.dialect === 'postgres') {
-      await sql`select id from workspaces where id = ${workspaceId} for update`.execute(trx);
+      // The lock, and what the writer reads first under it, in one round trip (migration 018).
+      const r = await sql<{ head: string | null; audit_seq: string | number | null; audit_hash: string | null }>`
+        select head, audit_seq, audit_hash from cv_lock_workspace(${workspaceId})`.execute(trx);
+      const row = r.rows[0];
+      if (row) {
+        lockedOf.set(trx, {
+          workspaceId,
+          head: row.head,
+          auditTail: row.audit_seq === null || row.audit_hash === null ? null : { seq: Number(row.audit_seq), hash: row.audit_hash },
+        });
+      }
     }
     return fn(trx);
   });

@@ -9,7 +9,7 @@ import type { CoreContext } from '../context.js';
 import { badRequest, conflict } from '../errors.js';
 import { newId } from '../ids.js';
 import type { PagePath } from '../paths.js';
-import { ensureFolders, ensureSpace } from '../spaces.js';
+import { ensurePlace } from '../spaces.js';
 import { deliverWatchEvents } from '../watches.js';
 import { commitFiles } from './commit.js';
 import type { PageContent } from './content.js';
@@ -85,8 +85,7 @@ export async function recordPageChange(ctx: CoreContext, trx: Transaction<DB>, p
   // A page already in this folder had its Space and folder rows made (they are never deleted).
   const sameFolder = existing !== null && existing.space === target.space && existing.cluster_path === target.folderPath;
   if (content && !sameFolder) {
-    await ensureSpace(trx, p.workspaceId, target.space, now);
-    await ensureFolders(trx, p.workspaceId, target.folderPath, now);
+    await ensurePlace(trx, p.workspaceId, target.space, target.folderPath, now);
   }
   if (existing) {
     const { id: _id, ...rest } = row;
@@ -95,7 +94,7 @@ export async function recordPageChange(ctx: CoreContext, trx: Transaction<DB>, p
     await trx.insertInto('pages').values(row).execute();
   }
   // Keyword index, links and tags are current when the write is acknowledged (src/retrieval/).
-  await indexPage(trx, row);
+  await indexPage(trx, row, { fresh: existing === null });
   if (existing) await supersedeOwnConflicts(trx, p, [id], commit.sha, now);
   await trx
     .insertInto('page_versions')

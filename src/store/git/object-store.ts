@@ -1,7 +1,8 @@
 import { deflateSync, inflateSync } from 'node:zlib';
 import { sql } from 'kysely';
 import { badRequest, conflict } from '../../errors/index.js';
-import type { Executor } from '../db.js';
+import { isSqlite, type Executor } from '../db.js';
+import { afterCommitIfAny, lockedState, noteLocked } from '../tx.js';
 import { treeCache } from './cache.js';
 import {
   assertSha,
@@ -29,6 +30,24 @@ function corrupt(workspaceId: string, sha: string, why: string): Error {
 }
 
 const REF_RE = /^refs\/(heads|tags)\/[A-Za-z0-9][A-Za-z0-9._-]*$/;
+const MAIN_REF = 'refs/heads/main';
+
+/**
+ * Type and depth of objects known to be stored, by `workspaceId:sha`, learned only once the
+ * transaction that wrote or read them committed: objects are never removed, so an entry never
+ * goes stale, and a write's next commit finds the trees it builds on here instead of asking the
+ * database while its workspace's lock is held. Bounded: the oldest entries go first.
+ */
+const storedKinds = new Map<string, { type: ObjectType; depth: number }>();
+const STORED_KINDS_MAX = 20_000;
+
+function rememberStored(entries: Iterable<[string, { type: ObjectType; depth: number }]>): void {
+  for (const [key, kind] of entries) {
+    if (storedKinds.has(key)) continue;
+    if (storedKinds.size >= STORED_KINDS_MAX) storedKinds.delete(storedKinds.keys().next().value!);
+    storedKinds.set(key, kind);
+  }
+}
 
 /** A stored object's row, as `git_objects` holds it. */
 interface ObjectRow {
@@ -82,9 +101,7 @@ export class ObjectStore {
 
   /** Writes the deferred objects (see `pending`); casRef does before it moves a ref. */
   async flush(): Promise<void> {
-    if (!this.pending || this.pending.size === 0) return;
-    const rows = [...this.pending].map(([sha, r]) => ({ workspace_id: this.workspaceId, sha, ...r }));
-    this.pending.clear();
+    const rows = this.takePending();
     for (let i = 0; i < rows.length; i += FLUSH_ROWS) {
       await this.db
         .insertInto('git_objects')
@@ -94,22 +111,35 @@ export class ObjectStore {
     }
   }
 
+  /** Empties the deferred objects, to be written by the caller; they are known once its transaction commits. */
+  private takePending(): ({ workspace_id: string; sha: string } & ObjectRow)[] {
+    if (!this.pending || this.pending.size === 0) return [];
+    const rows = [...this.pending].map(([sha, r]) => ({ workspace_id: this.workspaceId, sha, ...r }));
+    this.pending.clear();
+    afterCommitIfAny(this.db, () => rememberStored(rows.map((r) => [this.cacheKey(r.sha), { type: r.type, depth: r.depth }])));
+    return rows;
+  }
+
   /** Type and delta depth of the stored (or deferred) objects among `shas`. */
   private async kinds(shas: readonly string[]): Promise<Map<string, { type: ObjectType; depth: number }>> {
     const out = new Map<string, { type: ObjectType; depth: number }>();
     const rest: string[] = [];
     for (const sha of shas) {
       const p = this.pending?.get(sha);
-      const k = p ? { type: p.type, depth: p.depth } : this.known.get(sha);
+      const k = p ? { type: p.type, depth: p.depth } : (this.known.get(sha) ?? storedKinds.get(this.cacheKey(sha)));
       if (k) out.set(sha, k);
       else rest.push(sha);
     }
     if (rest.length > 0) {
+      const found: [string, { type: ObjectType; depth: number }][] = [];
       for (const r of await this.objects().select(['sha', 'type', 'depth']).where('sha', 'in', rest).execute()) {
         const k = { type: r.type, depth: Number(r.depth) };
         this.known.set(r.sha, k);
         out.set(r.sha, k);
+        found.push([this.cacheKey(r.sha), k]);
       }
+      // Read inside a transaction, a row may be this transaction's own write: known once it commits.
+      afterCommitIfAny(this.db, () => rememberStored(found));
     }
     return out;
   }
@@ -338,6 +368,9 @@ export class ObjectStore {
   }
 
   async getRef(name: string): Promise<string | null> {
+    // Under PostgreSQL's workspace lock main was read with the lock (store/tx.ts).
+    const locked = name === MAIN_REF ? lockedState(this.db, this.workspaceId) : undefined;
+    if (locked) return locked.head;
     const row = await this.db.selectFrom('git_refs').select('sha').where('workspace_id', '=', this.workspaceId).where('name', '=', name).executeTakeFirst();
     return row?.sha ?? null;
   }
@@ -354,10 +387,22 @@ export class ObjectStore {
     const target = (await this.kinds([newSha])).get(newSha);
     // A ref to a missing object would make every git reader fail.
     if (target?.type !== 'commit') throw badRequest(`Ref target ${newSha} is not a stored commit`, 'invalid_object');
-    await this.flush();
 
     let changed: bigint;
-    if (expectedOldSha === null) {
+    if (expectedOldSha !== null && !isSqlite(this.db) && this.pending && this.pending.size > 0 && this.pending.size <= FLUSH_ROWS) {
+      // PostgreSQL: the deferred objects and the move of the ref in one round trip (each is one
+      // made while the workspace's writers wait). The objects go in first in any case: the
+      // statement's parts see one snapshot, and the ref's check does not read them.
+      const rows = this.takePending();
+      const r = await sql`with o as (
+          insert into git_objects (workspace_id, sha, type, data, base_sha, depth)
+          select ${this.workspaceId}, * from unnest(${rows.map((x) => x.sha)}::text[], ${rows.map((x) => x.type)}::text[],
+            ${rows.map((x) => x.data)}::bytea[], ${rows.map((x) => x.base_sha)}::text[], ${rows.map((x) => x.depth)}::int[])
+          on conflict (workspace_id, sha) do nothing)
+        update git_refs set sha = ${newSha} where workspace_id = ${this.workspaceId} and name = ${name} and sha = ${expectedOldSha}`.execute(this.db);
+      changed = r.numAffectedRows ?? 0n;
+    } else if (expectedOldSha === null) {
+      await this.flush();
       const r = await this.db
         .insertInto('git_refs')
         .values({ workspace_id: this.workspaceId, name, sha: newSha })
@@ -365,6 +410,7 @@ export class ObjectStore {
         .executeTakeFirst();
       changed = r.numInsertedOrUpdatedRows ?? 0n;
     } else {
+      await this.flush();
       const r = await this.db
         .updateTable('git_refs')
         .set({ sha: newSha })
@@ -375,11 +421,14 @@ export class ObjectStore {
       changed = r.numUpdatedRows;
     }
     if (changed === 0n) {
-      const current = await this.getRef(name);
+      const current =
+        (await this.db.selectFrom('git_refs').select('sha').where('workspace_id', '=', this.workspaceId).where('name', '=', name).executeTakeFirst())?.sha ??
+        null;
       throw conflict(`${name} has moved: expected ${expectedOldSha ?? 'no ref'}, found ${current ?? 'no ref'}`, 'conflict', {
         ref: name,
         current,
       });
     }
+    if (name === MAIN_REF) noteLocked(this.db, this.workspaceId, { head: newSha });
   }
 }
