@@ -28,7 +28,11 @@ export async function findReadablePage(db: Executor, p: Principal, ref: string, 
   } else {
     q = q.where('path', '=', ref.replace(/^\/+/, '')).where('deleted_at', 'is', null);
   }
-  const row = await q.executeTakeFirst();
+  return readableOrNotFound(p, ref, await q.executeTakeFirst());
+}
+
+/** The live page row found for `ref` (by findReadablePage or read with the caller's key), if the caller may read it; else 404. */
+export function readableOrNotFound(p: Principal, ref: string, row: PagesTable | undefined | null): PagesTable {
   if (!row || !canReadPage(p, { path: row.path, sensitivity: row.sensitivity, blockLevel: row.block_level })) {
     throw notFound(`Page ${ref} not found`);
   }

@@ -83,17 +83,22 @@ export async function nodeRoutes(r: RestApp, ctx: CoreContext): Promise<void> {
 
   r.get(
     '/nodes/:id',
-    route(tags, 'Read a page by id or path, redacted to your ceiling; counts as a read', {
-      params: PageRefParams,
-      querystring: z.object({
-        format: z.enum(['json', 'md']).default('json'),
-        at: Sha.optional().describe('Read the version in force at this commit'),
-        section: z.string().max(SECTION_MAX_CHARS).optional().describe('Heading text: return that section too'),
-      }),
-      response: { 200: PageRecordSchema, ...errors(400, 401, 404) },
-    }),
+    route(
+      tags,
+      'Read a page by id or path, redacted to your ceiling; counts as a read',
+      {
+        params: PageRefParams,
+        querystring: z.object({
+          format: z.enum(['json', 'md']).default('json'),
+          at: Sha.optional().describe('Read the version in force at this commit'),
+          section: z.string().max(SECTION_MAX_CHARS).optional().describe('Heading text: return that section too'),
+        }),
+        response: { 200: PageRecordSchema, ...errors(400, 401, 404) },
+      },
+      { prefetch: 'page' },
+    ),
     async (req, reply) => {
-      const record = await readPage(ctx, caller(req), req.params.id, { at: req.query.at, section: req.query.section });
+      const record = await readPage(ctx, caller(req), req.params.id, { at: req.query.at, section: req.query.section, prefetched: req.prefetchedPage });
       withEtag(reply, record);
       if (req.query.format === 'md') {
         // Raw markdown bypasses the JSON serializer on purpose.

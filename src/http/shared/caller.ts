@@ -1,5 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { authenticate } from '../../auth/resolve.js';
+import { authenticateAndPrefetch } from '../../auth/resolve.js';
+import { isPageId } from '../../retrieval/lookup.js';
+import type { PagesTable } from '../../store/schema.js';
 import { CSRF_COOKIE, SESSION_COOKIE } from '../../auth/sessions.js';
 import type { CoreContext } from '../../core/context.js';
 import { forbidden, unauthorized } from '../../core/errors.js';
@@ -18,9 +20,13 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** The caller, once a face's hook has resolved it (null on public and unknown routes). */
     principal: Principal | null;
+    /** The page a `prefetch: 'page'` route reads, read with the caller's key (undefined: not read). */
+    prefetchedPage: PagesTable | null | undefined;
   }
   interface FastifyContextConfig {
     auth?: RouteAuth;
+    /** `page`: the route reads the page `:id`; the caller's key may read it in the same statement. */
+    prefetch?: 'page';
   }
 }
 
@@ -33,6 +39,7 @@ function headerValue(v: string | string[] | undefined): string | undefined {
 /** Declared once on the root instance: every face and the per-principal limits read `req.principal`. */
 export function decoratePrincipal(app: FastifyInstance): void {
   app.decorateRequest('principal', null);
+  app.decorateRequest('prefetchedPage', undefined);
 }
 
 /**
@@ -48,7 +55,9 @@ export function addCallerHook(face: FastifyInstance, ctx: CoreContext): void {
     // sets its own.)
     if (mode === 'public' || req.is404) return;
     const query = req.query as Record<string, unknown> | undefined;
-    const principal = await authenticate(ctx, {
+    const params = req.params as Record<string, unknown> | undefined;
+    const prefetch = req.routeOptions.config.prefetch === 'page' && typeof params?.id === 'string' && query?.at === undefined ? params.id : undefined;
+    const { principal, page } = await authenticateAndPrefetch(ctx, {
       authorization: headerValue(req.headers.authorization),
       sessionToken: req.cookies[SESSION_COOKIE],
       csrfHeader: headerValue(req.headers['x-csrf-token']),
@@ -57,10 +66,12 @@ export function addCallerHook(face: FastifyInstance, ctx: CoreContext): void {
       ip: req.ip,
       workspace: headerValue(req.headers['x-service-workspace']) ?? (typeof query?.workspace === 'string' ? query.workspace : undefined),
       allowPending: mode === 'pending',
+      prefetchPage: prefetch !== undefined && isPageId(prefetch) ? prefetch : undefined,
     });
     if ((mode === 'session' || mode === 'pending') && principal.via !== 'session')
       throw forbidden('This needs a signed-in human (web session)', 'session_required');
     req.principal = principal;
+    req.prefetchedPage = page;
   });
 }
 
