@@ -1,7 +1,6 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { authenticateAndPrefetch } from '../../auth/resolve.js';
+import { authenticateAndPrefetch, type Authenticated } from '../../auth/resolve.js';
 import { isPageId } from '../../retrieval/lookup.js';
-import type { PagesTable } from '../../store/schema.js';
 import { CSRF_COOKIE, SESSION_COOKIE } from '../../auth/sessions.js';
 import type { CoreContext } from '../../core/context.js';
 import { forbidden, unauthorized } from '../../core/errors.js';
@@ -21,7 +20,7 @@ declare module 'fastify' {
     /** The caller, once a face's hook has resolved it (null on public and unknown routes). */
     principal: Principal | null;
     /** The page a `prefetch: 'page'` route reads, read with the caller's key (undefined: not read). */
-    prefetchedPage: PagesTable | null | undefined;
+    prefetchedPage: Authenticated['page'];
   }
   interface FastifyContextConfig {
     auth?: RouteAuth;
