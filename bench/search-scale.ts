@@ -249,7 +249,7 @@ async function bulkLoad(
           deleted_at: null,
         };
         await trx.insertInto('pages').values(row).execute();
-        await indexPage(trx, row);
+        await indexPage(trx, row, { fresh: true });
       }
     });
     const t = performance.now();
@@ -322,7 +322,7 @@ export async function benchSearchScale(opts: {
     } else {
       if (have > 0) throw new Error(`${opts.dataDir} holds ${have} pages, not ${opts.pages}: use an empty directory`);
       log('bulk load: page rows + indexPage, 1,000 pages per transaction');
-      const kw = await bulkLoad(h.ctx, h.principal, v, opts.pages, opts.maxLoadSeconds ?? 900);
+      const kw = await bulkLoad(h.ctx, h.principal, v, opts.pages, opts.maxLoadSeconds ?? 2400);
       loads.after_keyword_index = loadAverage();
       out.keyword_indexing = {
         method: 'pages rows + real indexPage() in transactions of 1,000 pages (no git commit objects)',

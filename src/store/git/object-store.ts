@@ -103,21 +103,39 @@ export class ObjectStore {
   async flush(): Promise<void> {
     const rows = this.takePending();
     for (let i = 0; i < rows.length; i += FLUSH_ROWS) {
-      await this.db
+      const batch = rows.slice(i, i + FLUSH_ROWS);
+      const wrote = await this.db
         .insertInto('git_objects')
-        .values(rows.slice(i, i + FLUSH_ROWS))
+        .values(batch)
         .onConflict((oc) => oc.columns(['workspace_id', 'sha']).doNothing())
+        .returning('sha')
         .execute();
+      this.inserted(
+        batch,
+        wrote.map((r) => r.sha),
+      );
     }
   }
 
-  /** Empties the deferred objects, to be written by the caller; they are known once its transaction commits. */
+  /** Empties the deferred objects, to be written by the caller (who calls `inserted` with what it wrote). */
   private takePending(): ({ workspace_id: string; sha: string } & ObjectRow)[] {
     if (!this.pending || this.pending.size === 0) return [];
     const rows = [...this.pending].map(([sha, r]) => ({ workspace_id: this.workspaceId, sha, ...r }));
     this.pending.clear();
-    afterCommitIfAny(this.db, () => rememberStored(rows.map((r) => [this.cacheKey(r.sha), { type: r.type, depth: r.depth }])));
     return rows;
+  }
+
+  /**
+   * Objects of `rows` the insert actually wrote (`shas`, from its RETURNING) are known once the
+   * transaction commits. Not the others: a row already stored may differ from the one offered
+   * (a tree stored earlier as a delta comes back whole), and its depth must be read.
+   */
+  private inserted(rows: readonly ({ sha: string } & ObjectRow)[], shas: readonly string[]): void {
+    const wrote = new Set(shas);
+    const known = rows
+      .filter((r) => wrote.has(r.sha))
+      .map((r): [string, { type: ObjectType; depth: number }] => [this.cacheKey(r.sha), { type: r.type, depth: r.depth }]);
+    afterCommitIfAny(this.db, () => rememberStored(known));
   }
 
   /** Type and delta depth of the stored (or deferred) objects among `shas`. */
@@ -394,13 +412,16 @@ export class ObjectStore {
       // made while the workspace's writers wait). The objects go in first in any case: the
       // statement's parts see one snapshot, and the ref's check does not read them.
       const rows = this.takePending();
-      const r = await sql`with o as (
+      const r = await sql<{ inserted: string[] }>`with o as (
           insert into git_objects (workspace_id, sha, type, data, base_sha, depth)
           select ${this.workspaceId}, * from unnest(${rows.map((x) => x.sha)}::text[], ${rows.map((x) => x.type)}::text[],
             ${rows.map((x) => x.data)}::bytea[], ${rows.map((x) => x.base_sha)}::text[], ${rows.map((x) => x.depth)}::int[])
-          on conflict (workspace_id, sha) do nothing)
-        update git_refs set sha = ${newSha} where workspace_id = ${this.workspaceId} and name = ${name} and sha = ${expectedOldSha}`.execute(this.db);
-      changed = r.numAffectedRows ?? 0n;
+          on conflict (workspace_id, sha) do nothing
+          returning sha)
+        update git_refs set sha = ${newSha} where workspace_id = ${this.workspaceId} and name = ${name} and sha = ${expectedOldSha}
+        returning (select coalesce(array_agg(sha), '{}') from o) as inserted`.execute(this.db);
+      changed = BigInt(r.rows.length);
+      if (r.rows[0]) this.inserted(rows, r.rows[0].inserted);
     } else if (expectedOldSha === null) {
       await this.flush();
       const r = await this.db
