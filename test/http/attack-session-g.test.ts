@@ -1,18 +1,18 @@
 import type { ChildProcess } from 'node:child_process';
+import { sql } from 'kysely';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { sql } from 'kysely';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { walkAuditChain } from '../../src/core/audit.js';
 import type { RunningServer } from '../../src/server.js';
 import type { Dialect } from '../../src/store/db.js';
 import { GitHome, gitUrl, mintGitToken } from '../git/support.js';
 import { PASSWORD } from '../support/actors.js';
 import { createTestDatabase, testEngines, type TestDatabase } from '../support/engines.js';
 import { expectStatus } from '../support/expect.js';
+import { expectSingleLine } from '../support/lines.js';
 import { exited, spawnService } from '../support/service-process.js';
-import { ALL, Client, createAgentWithKey, joinAs, signupHuman, startServerOn } from '../support/server.js';
+import { ALL, Client, createAgentWithKey, joinAs, onNode, signupHuman, startServerOn } from '../support/server.js';
 
 /**
  * Attack session g, on the commits 305be5f..HEAD (issue 18, PostgreSQL round trips):
@@ -37,13 +37,7 @@ const HAS_PG = testEngines().includes('postgres');
 const enc = encodeURIComponent;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** A copy of a client (session cookies or key) that talks to another node. */
-function on(node: string, c: Client): Client {
-  const copy = new Client(node, c.bearer);
-  for (const [k, v] of c.cookies) copy.cookies.set(k, v);
-  copy.workspace = c.workspace;
-  return copy;
-}
+const on = onNode;
 
 /**
  * The object-cache finding, step by step, through any nodes: `first` writes the folder page by
@@ -470,20 +464,7 @@ describe.each(testEngines())('attack g: writers on two nodes, rolled-back writes
 
   /** Commits form one line ending at main, the audit chain holds, and git clones and fscks the repository. */
   async function expectIntact(): Promise<void> {
-    const db = nodes[0]!.ctx.store.db;
-    const commits = (
-      await sql<{
-        seq: number;
-        sha: string;
-        parent_sha: string | null;
-      }>`select seq, sha, parent_sha from commits where workspace_id = ${wsId} order by seq`.execute(db)
-    ).rows;
-    commits.forEach((c, i) => {
-      if (i > 0) expect(c.parent_sha, `parent of commit ${c.seq}`).toBe(commits[i - 1]!.sha);
-    });
-    const main = await db.selectFrom('git_refs').select('sha').where('workspace_id', '=', wsId).where('name', '=', 'refs/heads/main').executeTakeFirstOrThrow();
-    expect(main.sha).toBe(commits.at(-1)!.sha);
-    expect((await walkAuditChain(db, wsId)).firstBroken).toBeNull();
+    const { commits } = await expectSingleLine(nodes[0]!.ctx.store.db, wsId);
     // Every commit's tree, read by a store with no cache of this workspace's trees... as far as
     // a process allows: the git face serves them all, and git checks every object.
     const t = await mintGitToken(owner);

@@ -13,7 +13,7 @@ import { embeddingsServer, waitForVectors } from '../support/embeddings-server.j
 import { createTestDatabase, testEngines, type TestDatabase } from '../support/engines.js';
 import { expectStatus } from '../support/expect.js';
 import { exited, spawnService } from '../support/service-process.js';
-import { Client, createAgentWithKey, signupHuman } from '../support/server.js';
+import { Client, createAgentWithKey, onNode, signupHuman } from '../support/server.js';
 
 /**
  * Issue 18: several nodes on one PostgreSQL. Two service processes share one database and
@@ -28,13 +28,7 @@ const HAS_PG = testEngines().includes('postgres');
 const PASSWORD = 'correct horse battery';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** The same session (cookies) or key, sent to another node. */
-function on(node: string, c: Client): Client {
-  const copy = new Client(node, c.bearer);
-  for (const [k, v] of c.cookies) copy.cookies.set(k, v);
-  copy.workspace = c.workspace;
-  return copy;
-}
+const on = onNode;
 
 describe.skipIf(!HAS_PG)('vector_log entries committed out of seq order (postgres)', () => {
   let tdb: TestDatabase;

@@ -108,6 +108,14 @@ export class Client {
   }
 }
 
+/** The same session (cookies) or key, sent to another node of the deployment. */
+export function onNode(url: string, c: Client): Client {
+  const copy = new Client(url, c.bearer);
+  for (const [k, v] of c.cookies) copy.cookies.set(k, v);
+  copy.workspace = c.workspace;
+  return copy;
+}
+
 let counter = 0;
 
 /** Signs up a fresh human; the client holds the session and CSRF cookies. */
