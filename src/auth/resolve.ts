@@ -1,5 +1,5 @@
 import { isIP } from 'node:net';
-import { sql } from 'kysely';
+import { CompiledQuery, sql, type InferResult } from 'kysely';
 import type { CoreContext } from '../core/context.js';
 import { forbidden, notFound, unauthorized } from '../core/errors.js';
 import { toGrant, toLevel } from '../core/principal-loader.js';
@@ -69,20 +69,24 @@ function parseGrants(json: string): Grant[] {
   return (JSON.parse(json) as [string, string, string][]).map(([action, scope, ceiling]) => toGrant({ action, scope, ceiling }));
 }
 
-async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): Promise<Authenticated> {
-  const db = ctx.store.db;
-  const now = Date.now();
-  const extras = keyExtras(ctx, new Date(now).toISOString());
+/**
+ * The agent-key statement is built and compiled once per engine (and with or without the page
+ * read ahead) with these placeholders, then run with each request's values: building it was a
+ * good part of an authenticated read's CPU. The text stays the same, so PostgreSQL connections
+ * prepare it once (store/db.ts).
+ */
+const AT = { hash: '\u0000cv:token-hash', now: '\u0000cv:now', page: '\u0000cv:page' } as const;
+
+function agentKeyStatement(ctx: CoreContext, withPage: boolean) {
   // The page as findReadablePage reads it (live, in the key's workspace): every column is text,
-  // so its JSON form parses back to the same row. SQLite reads in-process: nothing to save.
-  const pageId = ctx.store.dialect === 'postgres' ? c.prefetchPage : undefined;
-  const page =
-    pageId === undefined
-      ? sql<string | null>`null`
-      : sql<
-          string | null
-        >`(select row_to_json(p)::text from pages p where p.id = ${pageId} and p.workspace_id = agent_keys.workspace_id and p.deleted_at is null)`;
-  const key = await db
+  // so its JSON form parses back to the same row.
+  const page = withPage
+    ? sql<
+        string | null
+      >`(select row_to_json(p)::text from pages p where p.id = ${AT.page} and p.workspace_id = agent_keys.workspace_id and p.deleted_at is null)`
+    : sql<string | null>`null`;
+  const extras = keyExtras(ctx, AT.now);
+  return ctx.store.db
     .selectFrom('agent_keys')
     .innerJoin('principals', 'principals.id', 'agent_keys.principal_id')
     .innerJoin('workspaces', 'workspaces.id', 'agent_keys.workspace_id')
@@ -108,8 +112,41 @@ async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): P
       extras.creatorRole,
       page.as('page'),
     ])
-    .where('agent_keys.token_hash', '=', hashSecret(secret))
-    .executeTakeFirst();
+    .where('agent_keys.token_hash', '=', AT.hash);
+}
+
+type AgentKeyRow = InferResult<ReturnType<typeof agentKeyStatement>>[number];
+const agentKeyCompiled = new Map<string, CompiledQuery<AgentKeyRow>>();
+
+async function loadAgentKey(ctx: CoreContext, values: { hash: string; now: string; page: string | undefined }): Promise<AgentKeyRow | undefined> {
+  const withPage = values.page !== undefined;
+  const name = `${ctx.store.dialect}:${withPage ? 'page' : 'key'}`;
+  let compiled = agentKeyCompiled.get(name);
+  if (!compiled) {
+    compiled = agentKeyStatement(ctx, withPage).compile();
+    agentKeyCompiled.set(name, compiled);
+  }
+  const by = new Map<unknown, string | undefined>([
+    [AT.hash, values.hash],
+    [AT.now, values.now],
+    [AT.page, values.page],
+  ]);
+  const parameters = compiled.parameters.map((v) => {
+    if (!by.has(v)) return v;
+    const value = by.get(v);
+    if (value === undefined) throw new Error(`agent key statement: no value for ${JSON.stringify(v)}`);
+    return value;
+  });
+  const r = await ctx.store.db.executeQuery(CompiledQuery.raw(compiled.sql, parameters) as CompiledQuery<AgentKeyRow>);
+  return r.rows[0];
+}
+
+async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): Promise<Authenticated> {
+  const db = ctx.store.db;
+  const now = Date.now();
+  // SQLite reads in-process: reading the page ahead saves nothing there.
+  const pageId = ctx.store.dialect === 'postgres' ? c.prefetchPage : undefined;
+  const key = await loadAgentKey(ctx, { hash: hashSecret(secret), now: new Date(now).toISOString(), page: pageId });
   // One message for every dead key: the caller learns nothing about which check failed.
   const dead = () => unauthorized('The agent key is invalid, expired or revoked', 'invalid_token');
   // A suspended agent (its creator left the workspace) is as dead as a revoked key.
