@@ -29,6 +29,10 @@ describe.skipIf(!testEngines().includes('postgres'))('planner statistics (postgr
     const human = await signupHuman(s.url, 'Stats');
     const agent = await createAgentWithKey(human.client, [{ action: 'read' }, { action: 'write' }]);
     const before = { pages: await analyzed('pages'), sections: await analyzed('page_sections') };
+    const inserted = async (table: string) =>
+      Number((await c.query<{ n: string }>(`select n_tup_ins as n from pg_stat_user_tables where relname = $1`, [table])).rows[0]?.n ?? 0);
+    const insertedBefore = { pages: await inserted('pages'), sections: await inserted('page_sections') };
+    const rowsBefore = Number((await c.query<{ n: string }>(`select count(*) as n from page_sections`)).rows[0]!.n);
     let next = 0;
     await Promise.all(
       Array.from({ length: 6 }, async () => {
@@ -42,7 +46,17 @@ describe.skipIf(!testEngines().includes('postgres'))('planner statistics (postgr
         }
       }),
     );
-    // PostgreSQL publishes a session's change counts within seconds, not at once: ask until they show.
+    // PostgreSQL publishes each session's change counts within seconds, not at once, and a count
+    // published after the analysis would look like new writes: wait until all of them show.
+    const rowsAfter = Number((await c.query<{ n: string }>(`select count(*) as n from page_sections`)).rows[0]!.n);
+    for (
+      let i = 0;
+      i < 60 &&
+      ((await inserted('pages')) < insertedBefore.pages + 240 || (await inserted('page_sections')) < insertedBefore.sections + rowsAfter - rowsBefore);
+      i++
+    ) {
+      await new Promise((r) => setTimeout(r, 500));
+    }
     const seen = new Set<string>();
     for (let i = 0; i < 60 && !(seen.has('pages') && seen.has('page_sections')); i++) {
       for (const t of await s.statistics.tick()) seen.add(t);
