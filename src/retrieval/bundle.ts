@@ -174,8 +174,9 @@ async function assembleBundle(ctx: RetrievalContext, p: Principal, opts: BundleO
   const terms = queryTerms(intent);
 
   const depth = rankDepth(opts.budgetTokens);
-  const kw = await keywordList(ctx, p, scope, terms, depth);
-  const vec = (await vectorList(ctx, p, scope, intent, depth)) ?? [];
+  // Both lists at once (as search does): the keyword one waits on the database, the vector one on this process.
+  const [kw, vecList] = await Promise.all([keywordList(ctx, p, scope, terms, depth), vectorList(ctx, p, scope, intent, depth)]);
+  const vec = vecList ?? [];
   const ranked = await rankHybrid(ctx, p, kw, vec, (c) => `${c.page_id}\u0000${c.ord}`, terms);
 
   const header = `# Context: ${intent.replace(/\s+/g, ' ').slice(0, 200)}\n`;

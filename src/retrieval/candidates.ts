@@ -1,5 +1,4 @@
-import { sql, type RawBuilder, type Transaction } from 'kysely';
-import type { DB } from '../store/schema.js';
+import { sql, type RawBuilder } from 'kysely';
 import type { RetrievalContext } from './context.js';
 import { ceilingFor } from '../policy/access.js';
 import type { Action, Principal } from '../policy/principal.js';
@@ -7,7 +6,7 @@ import { atOrBelow, isLevel, LEVELS, rank, type Level } from '../policy/sensitiv
 import { hashTag, textHash, windowEmbedText } from './embed-text.js';
 import { fts5Match, pgRank, pgTsQuery } from './keyword.js';
 import { hasKeywordIndex, keywordTable } from './keyword-index.js';
-import type { DocCounts, KeywordPlan } from './keyword-plan.js';
+import type { DocCounts, IdSpan, KeywordPlan } from './keyword-plan.js';
 
 /**
  * Keyword matches ranked by the index alone before joins and filters (SQLite): four per
@@ -196,45 +195,7 @@ export async function keywordCandidates(
   const w = where(p, scope, allowed);
   let rows: Candidate[];
   if (ctx.store.dialect === 'postgres') {
-    // The tsquery is written out in place so the planner sees a constant and uses the GIN index.
-    const tq = pgTsQuery(terms, op);
-    const rank = pgRank(terms, docs, tq);
-    // The plan bounds the sections ranked, as on SQLite (keyword-plan.ts): all matches when the
-    // words are rare enough, else only the newest `newest` of them, or (every word common) the
-    // newest matches unranked. ts_rank_cd reads each ranked section's whole tsvector.
-    const matches = (n: number) => sql`
-      select s.id from page_sections s join pages p on p.id = s.page_id
-      where s.tsv @@ ${tq} and s.workspace_id = ${p.workspaceId} and ${w}
-      order by s.id desc limit ${n}`;
-    const sections = docs?.sections;
-    rows = (
-      plan.scored && plan.newest !== null && sections
-        ? // Several statements, one snapshot: a page rewritten meanwhile (its sections deleted and
-          // inserted under new ids) is still seen whole, as one statement would see it (an attack
-          // found such a page missing from 10–20 % of the answers without it).
-          await db
-            .transaction()
-            .setIsolationLevel('repeatable read')
-            .setAccessMode('read only')
-            .execute(async (trx) => {
-              const ids = await newestMatches(trx, p.workspaceId, tq, w, plan.newest!, plan, docs!, sections);
-              return sql<Candidate>`select ${COLS}, ${rank} as score from page_sections s join pages p on p.id = s.page_id
-                where s.id = any(${ids}::bigint[]) order by score desc, s.id limit ${limit}`.execute(trx);
-            })
-        : plan.scored && plan.newest === null
-          ? await sql<Candidate>`
-          select ${COLS}, ${rank} as score
-          from page_sections s join pages p on p.id = s.page_id
-          where s.tsv @@ ${tq} and s.workspace_id = ${p.workspaceId} and ${w}
-          order by score desc, s.id
-          limit ${limit}`.execute(db)
-          : await sql<Candidate>`
-          with m as materialized (${matches(plan.scored ? plan.newest! : prefilter(limit, false))})
-          select ${COLS}, ${plan.scored ? rank : sql`0.0`} as score
-          from m join page_sections s on s.id = m.id join pages p on p.id = s.page_id
-          order by score desc, ${plan.scored ? sql`s.id` : sql`s.id desc`}
-          limit ${limit}`.execute(db)
-    ).rows;
+    rows = await pgKeywordRows(ctx, p, scope, plan, limit, w, docs);
   } else {
     // The workspace's index of what the caller's widest ceiling reads (keyword-index.ts): no
     // statistic of another workspace, or of a section above that ceiling, weighs in.
@@ -286,54 +247,124 @@ export async function keywordCandidates(
 }
 
 /**
- * PostgreSQL: the ids of the newest `want` sections matching the query that pass the filters
- * `w`, for a plan whose words are in more sections than it ranks (keyword-plan.ts). (An
- * unscored plan's words are all common: reading newest first finds its few matches sooner than
- * building each word's bitmap, so it keeps that.)
- *
- * Reading matches newest first walked the workspace's sections backwards and tested each one
- * (at 100,000 pages, 57,000 rows read for a word in 8,800 sections: 130 ms), and sorting every
- * match read them all. Instead each round asks for the matches inside a window of the newest
- * ids, which PostgreSQL answers by intersecting the word's index entries with the id range
- * before reading a row. The first window is sized from the counts (the rarest word's share of
- * the sections the caller's ceiling reads, and the span of ids the workspace's sections take);
- * when the filters or the other words leave too few, the window grows fourfold, down to the
- * workspace's oldest section.
+ * PostgreSQL's keyword rows (before the `visible` judgement), by the plan:
+ * - every match ranked (its words are rare enough: at most the budget of sections);
+ * - else the newest `plan.newest` matches ranked, or (every word common) the newest matches
+ *   unranked (below).
+ * The tsquery is written out in place so the planner sees a constant and uses the GIN index.
  */
-async function newestMatches(
-  db: Transaction<DB>,
-  workspaceId: string,
-  tq: RawBuilder<unknown>,
-  w: RawBuilder<unknown>,
-  want: number,
+async function pgKeywordRows(
+  ctx: RetrievalContext,
+  p: Principal,
+  scope: Scope,
   plan: KeywordPlan,
-  docs: ReadonlyMap<string, number>,
-  sections: number,
-): Promise<number[]> {
-  const span = (
-    await sql<{ lo: string | null; hi: string | null }>`select min(id) as lo, max(id) as hi from page_sections where workspace_id = ${workspaceId}`.execute(db)
-  ).rows[0];
-  if (!span?.lo || !span.hi) return [];
-  const first = Number(span.lo);
-  const last = Number(span.hi);
-  const counts = plan.terms.map((t) => docs.get(t) ?? 0);
-  const expected = Math.max(1, plan.op === 'AND' ? Math.min(...counts) : counts.reduce((a, b) => a + b, 0));
-  // Ids per section of this workspace (other workspaces' sections take ids in between).
-  const stride = Math.max(1, (last - first + 1) / Math.max(1, sections));
-  let window = Math.ceil(((want * sections) / expected) * 1.25 * stride);
-  const out: number[] = [];
-  let below = last + 1;
-  while (out.length < want && below > first) {
-    const lo = Math.max(first, below - window);
-    const r = await sql<{ id: string }>`
-      select s.id from page_sections s join pages p on p.id = s.page_id
-      where s.tsv @@ ${tq} and s.workspace_id = ${workspaceId} and s.id >= ${lo} and s.id < ${below} and ${w}
-      order by s.id desc limit ${want - out.length}`.execute(db);
-    for (const row of r.rows) out.push(Number(row.id));
-    below = lo;
-    window *= 4;
+  limit: number,
+  w: RawBuilder<unknown>,
+  docs: DocCounts | undefined,
+): Promise<Candidate[]> {
+  const db = ctx.store.db;
+  const tq = pgTsQuery(plan.terms, plan.op);
+  const score = pgRank(plan.terms, docs, tq);
+  const pick = matchesCounted(p, scope, w);
+  if (plan.scored && plan.newest === null) {
+    return (
+      await sql<Candidate>`
+      select ${COLS}, ${score} as score
+      from page_sections s join pages p on p.id = s.page_id
+      where s.tsv @@ ${tq} and s.workspace_id = ${p.workspaceId} and ${w}
+      order by score desc, s.id
+      limit ${limit}`.execute(db)
+    ).rows;
   }
-  return out;
+  // The newest `want` matches, ranked (or, every word common, newest first): each round is one
+  // statement (one snapshot: a page rewritten meanwhile, its sections deleted and inserted under
+  // new ids, is seen whole: an attack found such a page missing from 10–20 % of the answers when
+  // rounds were separate statements). Its window of newest sections is open above (sections
+  // written since the span was read are in it). The first is sized from the counts
+  // (firstWindow); when a window holds fewer than `want` matches and older sections remain, the
+  // next round's window is sized by the matches this one held: at least twice as wide, eightfold
+  // when it held none.
+  //
+  // Reading matches newest first instead walked the workspace's sections backwards testing each
+  // (at 100,000 pages, 57,000 rows read for a word in 8,800 sections: 130 ms), and ranking or
+  // sorting every match read them all. A window lets PostgreSQL intersect the words' index
+  // entries with the id range (migration 019's BRIN index) before it reads a row.
+  const want = plan.scored ? plan.newest! : prefilter(limit, false);
+  const order = plan.scored ? sql`score desc, s.id` : sql`s.id desc`;
+  const rank = plan.scored ? score : sql`0.0`;
+  const span = docs?.span ?? (await idSpan(ctx, p.workspaceId));
+  if (span === null) return [];
+  // The sections the counts are shares of: all the ceiling reads (term_stats), or for a
+  // caller counted by its reach alone, about the span's ids.
+  const sections = docs?.sections || span.hi - span.lo + 1;
+  const step = Math.max(1, (span.hi - span.lo + 1) / Math.max(1, sections));
+  let width = Math.ceil((docs ? firstWindow(want, plan, docs, sections) : want) * step);
+  for (;;) {
+    const lo = Math.max(span.lo, span.hi + 1 - width);
+    // The count of the window's matches comes with the ranked rows, or alone (page_id null)
+    // when the filters leave none of them.
+    const r = (
+      await sql<Omit<Candidate, 'page_id'> & { page_id: string | null; found: number; sid: string | null }>`
+      with m as materialized (
+        select s.id from ${pick.from} where s.tsv @@ ${tq} and s.workspace_id = ${p.workspaceId} and ${pick.where} and s.id >= ${lo}
+        order by s.id desc limit ${want}),
+      f as (select count(*)::int as found from m),
+      r as (
+        select ${COLS}, ${rank} as score, s.id as sid
+        from m join page_sections s on s.id = m.id join pages p on p.id = s.page_id
+        where ${w}
+        order by ${order}
+        limit ${limit})
+      select r.*, f.found from f left join r on true order by r.score desc, ${plan.scored ? sql`r.sid` : sql`r.sid desc`}`.execute(db)
+    ).rows;
+    const found = Number(r[0]?.found ?? 0);
+    if (lo <= span.lo || found >= want) return r.flatMap(({ found: _n, sid: _s, page_id, ...c }) => (page_id === null ? [] : [{ ...c, page_id }]));
+    const spanned = span.hi + 1 - lo;
+    width = found > 0 ? Math.max(2 * spanned, Math.ceil(((spanned * want) / found) * 1.25)) : 8 * spanned;
+  }
+}
+
+/** The lowest and highest id of the workspace's sections (null: it has none). */
+async function idSpan(ctx: RetrievalContext, workspaceId: string): Promise<IdSpan | null> {
+  const row = (
+    await sql<{ lo: string | null; hi: string | null }>`select min(id) as lo, max(id) as hi from page_sections where workspace_id = ${workspaceId}`.execute(
+      ctx.store.db,
+    )
+  ).rows[0];
+  return row?.lo && row.hi ? { lo: Number(row.lo), hi: Number(row.hi) } : null;
+}
+
+/**
+ * What the newest-matches cuts count, as SQL over `s` (and `p` when joined). For a caller whose
+ * reach is its widest ceiling over the whole workspace, in a query naming no Space, folder or
+ * tag, a section's own columns say it all: its level is the higher of its page's sensitivity and
+ * its block's, and a deleted page has no sections. Joining every match's page only to check
+ * that was half a common query's time at 100,000 pages (issue 18). An archived page's sections
+ * are counted then, as SQLite's index counts them; the final statement leaves them out.
+ * Otherwise the pages are joined and every filter applies.
+ */
+function matchesCounted(p: Principal, scope: Scope, w: RawBuilder<unknown>): { from: RawBuilder<unknown>; where: RawBuilder<unknown> } {
+  const ceiling = widestCeiling(p, scope.action);
+  const wide = ceiling !== null && reachSql(p, scope.action) === null && !scope.space && !scope.folder && (scope.tags ?? []).length === 0;
+  return wide
+    ? { from: sql`page_sections s`, where: sql`s.level <= ${rank(ceiling)}` }
+    : { from: sql`page_sections s join pages p on p.id = s.page_id`, where: w };
+}
+
+/**
+ * How many of the workspace's newest sections the first window spans: enough to hold `want`
+ * matches, with a quarter more, if the words are spread evenly. Any word: as many matches as the
+ * words' sections together. All words: as many as the rarest word's (words of one text come
+ * together), except when every word is common: then as if they came together by chance (a
+ * smaller share, so a wider window). A window too narrow costs another round, which for common
+ * words means reading their long index entries again; one too wide, some rows more.
+ */
+function firstWindow(want: number, plan: KeywordPlan, docs: ReadonlyMap<string, number>, sections: number): number {
+  const total = Math.max(1, sections);
+  const counts = plan.terms.map((t) => Math.min(total, docs.get(t) ?? 0));
+  const expected =
+    plan.op === 'OR' ? counts.reduce((a, b) => a + b, 0) : plan.scored ? Math.min(...counts) : counts.reduce((share, n) => share * (n / total), total);
+  return ((want * total) / Math.max(1, expected)) * 1.25;
 }
 
 /**

@@ -82,7 +82,13 @@ const countCaches = new WeakMap<Store, Map<string, { n: number; at: number }>>()
  * in the workspace (term_stats keeps them as the lexeme '', which no word becomes), by which
  * keywordCandidates sizes its window of newest sections.
  */
-export type DocCounts = Map<string, number> & { sections?: number };
+export type DocCounts = Map<string, number> & { sections?: number; span?: IdSpan };
+
+/** The lowest and highest section id of a workspace when its words were counted (PostgreSQL). */
+export interface IdSpan {
+  lo: number;
+  hi: number;
+}
 
 /** Whose sections a count covers. */
 export interface CountScope {
@@ -147,9 +153,13 @@ export async function termDocCounts(store: Store, terms: string[], scope: CountS
 async function pgCounts(store: Store, terms: string[], scope: CountScope): Promise<DocCounts> {
   if (scope.visibility) return pgReachCounts(store, terms, scope, scope.visibility);
   const unique = [...new Set(terms)];
-  const r = await sql<{ i: string; lexemes: number; n: number | null; sections: number | null }>`
+  // The workspace's span of section ids comes along (two probes of its (workspace_id, id)
+  // index): keywordCandidates sizes its window of newest sections by it without another trip.
+  const r = await sql<{ i: string; lexemes: number; n: number | null; sections: number | null; lo: string | null; hi: string | null }>`
     select q.i, count(x.lexeme)::int as lexemes, min(coalesce(st.n, 0)) as n,
-      (select sum(docs) from term_stats where workspace_id = ${scope.workspaceId} and lexeme = '' and level <= ${rank(scope.ceiling)}) as sections
+      (select sum(docs) from term_stats where workspace_id = ${scope.workspaceId} and lexeme = '' and level <= ${rank(scope.ceiling)}) as sections,
+      (select min(id) from page_sections where workspace_id = ${scope.workspaceId}) as lo,
+      (select max(id) from page_sections where workspace_id = ${scope.workspaceId}) as hi
     from unnest(${unique.map(foldPg)}::text[]) with ordinality as q(t, i)
     left join lateral unnest(tsvector_to_array(to_tsvector('english', q.t))) as x(lexeme) on true
     left join lateral (select sum(docs) as n from term_stats s
@@ -160,6 +170,7 @@ async function pgCounts(store: Store, terms: string[], scope: CountScope): Promi
     const t = unique[Number(row.i) - 1]!;
     out.set(t, Number(row.lexemes) === 0 ? COMMON_DOCS + 1 : Math.max(0, Number(row.n ?? 0)));
     out.sections = Number(row.sections ?? 0);
+    if (row.lo !== null && row.hi !== null) out.span = { lo: Number(row.lo), hi: Number(row.hi) };
   }
   return out;
 }

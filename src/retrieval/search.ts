@@ -181,11 +181,15 @@ async function runSearch(ctx: RetrievalContext, p: Principal, opts: SearchOption
 
   // Keyword alone needs only enough sections for `limit` pages; fusion looks deeper.
   const kwDepth = opts.mode === 'fts' ? Math.max(50, 5 * opts.limit) : Math.max(CANDIDATES, 5 * opts.limit);
-  const kwSections: KeywordList = opts.mode === 'vector' ? [] : await keywordList(ctx, p, scope, terms, kwDepth);
+  // The two lists at once: the keyword one waits mostly on the database (PostgreSQL), the
+  // vector one on this process's CPU, so hybrid takes about the longer of the two, not their sum.
+  const [kwSections, list] = await Promise.all([
+    opts.mode === 'vector' ? ([] as KeywordList) : keywordList(ctx, p, scope, terms, kwDepth),
+    opts.mode === 'fts' ? ([] as Candidate[]) : vectorList(ctx, p, scope, opts.q, Math.max(VECTOR_DEPTH, 2 * opts.limit)),
+  ]);
   const kw: KeywordList = Object.assign(byPage(kwSections), { weak: kwSections.weak, anyWord: kwSections.anyWord });
   let vec: Candidate[] = [];
   if (opts.mode !== 'fts') {
-    const list = await vectorList(ctx, p, scope, opts.q, Math.max(VECTOR_DEPTH, 2 * opts.limit));
     if (list === null) {
       out.mode_used = 'fts';
       out.note = `embeddings are unavailable (${ctx.retrieval.provider.provider}); ranked by keyword (fts)`;

@@ -123,11 +123,18 @@ const MAX_PREPARED_PER_CONNECTION = 500;
  * one: PostgreSQL's default (4) prices an index probe as a disk seek, while the service's working
  * set is in memory (docs/deploy.md), and so a keyword query's 1,000 newest matches were joined
  * by scanning a whole table: 25 ms where nested index probes take 14 (3,000 pages, issue 18).
+ * No parallel workers for one request's statement unless the operator set
+ * `max_parallel_workers_per_gather`: starting them cost more than they saved on every keyword
+ * plan that chose them (a common word's newest matches at 100,000 pages: 66 ms with two workers,
+ * 23 ms without), and a service's requests already keep the cores busy side by side.
  */
 const SESSION_SETTINGS = `set jit = off;
   do $$ begin
     if (select source from pg_settings where name = 'random_page_cost') = 'default' then
       perform set_config('random_page_cost', '1.1', false);
+    end if;
+    if (select source from pg_settings where name = 'max_parallel_workers_per_gather') = 'default' then
+      perform set_config('max_parallel_workers_per_gather', '0', false);
     end if;
   end $$`;
 /** Statements planned for each run's values: full-text matching and ranking, LIKE patterns. */

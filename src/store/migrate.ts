@@ -18,6 +18,7 @@ import * as m015 from './migrations/015_section_recency.js';
 import * as m016 from './migrations/016_term_stats.js';
 import * as m017 from './migrations/017_fast_fold.js';
 import * as m018 from './migrations/018_write_lock.js';
+import * as m019 from './migrations/019_keyword_window.js';
 
 interface Migration {
   name: string;
@@ -44,6 +45,7 @@ const MIGRATIONS: Migration[] = [
   { name: '016_term_stats', up: m016.up },
   { name: '017_fast_fold', up: m017.up },
   { name: '018_write_lock', up: m018.up },
+  { name: '019_keyword_window', up: m019.up },
 ];
 
 /**

@@ -332,7 +332,10 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
       expect(pathsOf(await run(low, scope(), plan, 1)), name).toHaveLength(1);
       expect(pathsOf(await run(agent, scope({ space: 'fb' }), plan, 1)), name).toEqual(['fb/other.md']);
     }
-    if (sqlite) {
+    {
+      // Both engines alike: the newest-N and unscored cuts count the sections at or below the
+      // caller's ceiling (on PostgreSQL by their level alone, for a caller whose reach is that
+      // ceiling everywhere), archived pages' included; the filters then leave those out.
       expect(pathsOf(await run(low, scope(), unscored(terms), 1))).toEqual(['fb/other.md']);
       expect(pathsOf(await run(human, scope({ includeArchived: true }), unscored(terms)))).toEqual([
         'fa/secret.md',
@@ -347,6 +350,26 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
       expect(pathsOf(await run(low, scope(), newest(terms, 2)))).toEqual(['fb/other.md']);
       expect(pathsOf(await run(agent, scope(), newest(terms, 2))).sort()).toEqual(['fa/conf.md', 'fb/other.md']);
     }
+    // The newest match the caller's ceiling reads is archived: nothing, not an empty row.
+    await write({ path: 'fa/arch2.md', title: 'Archived too', body, archived: true });
+    expect(await run(low, scope(), newest(terms, 1))).toEqual([]);
+    expect(pathsOf(await run(low, scope({ includeArchived: true }), newest(terms, 1)))).toEqual(['fa/arch2.md']);
+  });
+
+  it('a newest-N plan whose words meet only in old sections widens its window until it finds them', async () => {
+    // Two words in 300 newer sections each, never together; together only in three old ones.
+    await write({
+      path: 'meet/old.md',
+      title: 'Meeting',
+      body: ['one', 'two', 'three'].map((n) => `## Old ${n}\n\nThe zarquon met the vellitor (${n}).\n`).join('\n'),
+    });
+    const apart = (w: string) => Array.from({ length: 300 }, (_, i) => `## ${w} ${i}\n\nOnly the ${w} here, ${i}.\n`).join('\n');
+    await write({ path: 'meet/a.md', title: 'Apart a', body: apart('zarquon') });
+    await write({ path: 'meet/b.md', title: 'Apart b', body: apart('vellitor') });
+    const two = await run(agent, scope(), newest(['zarquon', 'vellitor'], 2));
+    expect(two.map((c) => /\((\w+)\)/.exec(c.text)?.[1]).sort()).toEqual(['three', 'two']);
+    const all = await run(agent, scope(), newest(['zarquon', 'vellitor'], 10));
+    expect(all.map((c) => /\((\w+)\)/.exec(c.text)?.[1]).sort()).toEqual(['one', 'three', 'two']);
   });
 
   it('keywordList ranks only the newest matches past the engine’s budget: PostgreSQL’s is smaller', async () => {

@@ -40,7 +40,41 @@ describe.skipIf(!testEngines().includes('postgres'))('prepared statements (postg
         select current_setting('random_page_cost') as now, reset_val, boot_val from pg_settings where name = 'random_page_cost'`.execute(db);
       const r = cost.rows[0]!;
       expect(r.now).toBe(r.reset_val === r.boot_val ? '1.1' : r.reset_val);
+      // No parallel workers for a request's statement unless the operator configured a number.
+      const par = await sql<{ now: string; reset_val: string; boot_val: string }>`
+        select current_setting('max_parallel_workers_per_gather') as now, reset_val, boot_val from pg_settings where name = 'max_parallel_workers_per_gather'`.execute(
+        db,
+      );
+      const q = par.rows[0]!;
+      expect(q.now).toBe(q.reset_val === q.boot_val ? '0' : q.reset_val);
     });
+  });
+
+  it('an operator’s own max_parallel_workers_per_gather and random_page_cost are kept', async () => {
+    const name = new URL(tdb.databaseUrl!).pathname.slice(1);
+    await sql.raw(`alter database ${name} set max_parallel_workers_per_gather = 1`).execute(store.db);
+    await sql.raw(`alter database ${name} set random_page_cost = 2.5`).execute(store.db);
+    const other = await openStore({ dataDir: tdb.dataDir, databaseUrl: tdb.databaseUrl });
+    try {
+      await other.db.connection().execute(async (db) => {
+        const r = await sql<{ par: string; cost: string }>`
+          select current_setting('max_parallel_workers_per_gather') as par, current_setting('random_page_cost') as cost`.execute(db);
+        expect(r.rows[0]).toEqual({ par: '1', cost: '2.5' });
+      });
+    } finally {
+      await other.close();
+      await sql.raw(`alter database ${name} reset all`).execute(store.db);
+    }
+  });
+
+  it('migration 019: the keyword index keeps a short pending list, and section ids have a BRIN index summarized as ranges fill', async () => {
+    const opts = async (index: string) =>
+      (
+        await sql<{ opts: string[] | null; am: string }>`
+        select c.reloptions as opts, a.amname as am from pg_class c join pg_am a on a.oid = c.relam where c.relname = ${index}`.execute(store.db)
+      ).rows[0];
+    expect(await opts('page_sections_tsv')).toMatchObject({ am: 'gin', opts: ['gin_pending_list_limit=256'] });
+    expect(await opts('page_sections_id_brin')).toMatchObject({ am: 'brin', opts: ['pages_per_range=16', 'autosummarize=on'] });
   });
 
   it('a lookup run often is served from a generic plan; full-text and LIKE statements are planned per run, unnamed', async () => {
