@@ -19,6 +19,7 @@ import * as m016 from './migrations/016_term_stats.js';
 import * as m017 from './migrations/017_fast_fold.js';
 import * as m018 from './migrations/018_write_lock.js';
 import * as m019 from './migrations/019_keyword_window.js';
+import * as m020 from './migrations/020_keyword_rank.js';
 
 interface Migration {
   name: string;
@@ -46,6 +47,7 @@ const MIGRATIONS: Migration[] = [
   { name: '017_fast_fold', up: m017.up },
   { name: '018_write_lock', up: m018.up },
   { name: '019_keyword_window', up: m019.up },
+  { name: '020_keyword_rank', up: m020.up },
 ];
 
 /**

@@ -383,6 +383,17 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
     else expect(pathsOf(list)).not.toContain('bud/best.md');
   });
 
+  it('ranks as bm25 on both engines: three of the words in a section’s text outrank one in a title', async () => {
+    // bm25 weighs a title occurrence about twice a text one once saturated (FTS5's column weights
+    // 10 and 1); PostgreSQL's earlier saturated ts_rank_cd weighed it five times, so one title
+    // word beat three text words and paraphrase queries lost their pages (issue 18).
+    await write({ path: 'bm/title.md', title: 'Quorvex', body: 'A short note on other matters entirely.\n' });
+    await write({ path: 'bm/text.md', title: 'Notes', body: 'The brindle met the mossgap near the tellurine.\n' });
+    const list = await keywordList(s.ctx, agent, scope(), ['quorvex', 'brindle', 'mossgap', 'tellurine'], 10);
+    expect(list.anyWord).toBe(true);
+    expect(pathsOf(list).slice(0, 2)).toEqual(['bm/text.md', 'bm/title.md']);
+  });
+
   it('keywordList: [] when no section holds the words, and marks the any-word fallback', async () => {
     const none = await keywordList(s.ctx, agent, scope(), ['nowordlikethis', 'noranyother']);
     expect(none).toHaveLength(0);
