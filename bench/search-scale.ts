@@ -356,6 +356,11 @@ export async function benchSearchScale(opts: {
       const t0 = performance.now();
       await sql`analyze`.execute(h.ctx.store.db);
       log(`  analyze: ${round(performance.now() - t0, 0)} ms`);
+      // The server's memory settings decide much of these figures (docs/deploy.md §8).
+      const settings = await sql<{ name: string; setting: string }>`
+        select name, current_setting(name) as setting from pg_settings
+        where name in ('shared_buffers', 'huge_pages', 'effective_cache_size', 'max_parallel_workers_per_gather', 'random_page_cost')`.execute(h.ctx.store.db);
+      out.postgres_settings = Object.fromEntries(settings.rows.map((r) => [r.name, r.setting]));
     }
 
     // Memory: the first vector query loads the workspace's matrix.
