@@ -202,12 +202,16 @@ export async function keywordCandidates(
     const ceiling = widestCeiling(p, scope.action);
     if (ceiling === null || !(await hasKeywordIndex(ctx.store, p.workspaceId))) return [];
     const fts = keywordTable(p.workspaceId, ceiling);
-    // The newest-N and unscored cuts count only sections the caller may reach: pages outside an
-    // agent's grants must not take the places of its own.
-    const reach = reachSql(p, scope.action);
-    const reachable = reach
-      ? sql`and exists (select 1 from page_sections s cross join pages p where s.id = ${fts}.rowid and p.id = s.page_id and ${reach})`
-      : sql``;
+    // The newest-N and unscored cuts count only sections that pass the filters (the table holds
+    // the ceiling's levels already): pages outside an agent's grants, archived pages in a search
+    // that leaves them out, pages outside the Space, folder or tags asked for must not take the
+    // places of the caller's own (issue 11; archived pages and scopes: an attack,
+    // test/http/attack-session-h.test.ts).
+    const reachable = sectionsSayAll(p, scope)
+      ? scope.includeArchived
+        ? sql``
+        : sql`and exists (select 1 from page_sections s where s.id = ${fts}.rowid and s.archived = 0)`
+      : sql`and exists (select 1 from page_sections s cross join pages p where s.id = ${fts}.rowid and p.id = s.page_id and ${w})`;
     // First the best matches from the index alone (prefilter), then the joins and filters on
     // those: a common word matches tens of thousands of sections, and joining them all before
     // the sort was most of a slow query. When the filters leave too few, the full query runs.
@@ -335,20 +339,27 @@ async function idSpan(ctx: RetrievalContext, workspaceId: string): Promise<IdSpa
 }
 
 /**
- * What the newest-matches cuts count, as SQL over `s` (and `p` when joined). For a caller whose
- * reach is its widest ceiling over the whole workspace, in a query naming no Space, folder or
- * tag, a section's own columns say it all: its level is the higher of its page's sensitivity and
- * its block's, and a deleted page has no sections. Joining every match's page only to check
- * that was half a common query's time at 100,000 pages (issue 18). An archived page's sections
- * are counted then, as SQLite's index counts them; the final statement leaves them out.
- * Otherwise the pages are joined and every filter applies.
+ * A caller whose reach is its widest ceiling over the whole workspace, in a query naming no
+ * Space, folder or tag: a section's own columns say whether it passes the filters (its level is
+ * the higher of its page's sensitivity and its block's, `archived` its page's state, and a
+ * deleted page has no sections), so the newest-matches cuts need not join its page.
+ */
+function sectionsSayAll(p: Principal, scope: Scope): boolean {
+  return widestCeiling(p, scope.action) !== null && reachSql(p, scope.action) === null && !scope.space && !scope.folder && (scope.tags ?? []).length === 0;
+}
+
+/**
+ * What the newest-matches cuts count, as SQL over `s` (and `p` when joined): exactly the
+ * sections the final filters `w` keep, so none the caller will not get takes the place of one it
+ * would (an attack found archived pages' sections, the newest after an archive, crowding active
+ * matches out, test/http/attack-session-h.test.ts). From the section's own columns when they say
+ * it all (sectionsSayAll): joining every match's page only to check was half a common query's
+ * time at 100,000 pages (issue 18). Otherwise the pages are joined and `w` applies.
  */
 function matchesCounted(p: Principal, scope: Scope, w: RawBuilder<unknown>): { from: RawBuilder<unknown>; where: RawBuilder<unknown> } {
   const ceiling = widestCeiling(p, scope.action);
-  const wide = ceiling !== null && reachSql(p, scope.action) === null && !scope.space && !scope.folder && (scope.tags ?? []).length === 0;
-  return wide
-    ? { from: sql`page_sections s`, where: sql`s.level <= ${rank(ceiling)}` }
-    : { from: sql`page_sections s join pages p on p.id = s.page_id`, where: w };
+  if (ceiling === null || !sectionsSayAll(p, scope)) return { from: sql`page_sections s join pages p on p.id = s.page_id`, where: w };
+  return { from: sql`page_sections s`, where: scope.includeArchived ? sql`s.level <= ${rank(ceiling)}` : sql`s.level <= ${rank(ceiling)} and s.archived = 0` };
 }
 
 /**

@@ -71,6 +71,7 @@ export async function indexPages(db: Exec, rows: readonly PagesTable[], chunked?
         text: c.text,
         block_level: c.blockLevel,
         level: sectionLevel(row.sensitivity, c.blockLevel),
+        archived: row.state === 'active' ? 0 : 1,
       })),
     ),
     tags: live.flatMap((row) => [...new Set(JSON.parse(row.tags) as string[])].map((tag) => ({ workspace_id: ws, page_id: row.id, tag }))),
@@ -266,9 +267,9 @@ async function writeIndexPg(db: Exec, ws: string, next: IndexRows, removed: Term
   const col = <K extends keyof Insertable<DB['page_sections']>>(k: K) => sections.map((r) => r[k]);
   await sql`with j as (${embedJobsInsert(ws, jobs)}),
     ins as (
-      insert into page_sections (workspace_id, page_id, ord, title, heading, heading_level, text, block_level, level)
+      insert into page_sections (workspace_id, page_id, ord, title, heading, heading_level, text, block_level, level, archived)
       select ${ws}, * from unnest(${col('page_id')}::text[], ${col('ord')}::int[], ${col('title')}::text[], ${col('heading')}::text[],
-        ${col('heading_level')}::int[], ${col('text')}::text[], ${col('block_level')}::text[], ${col('level')}::int[])
+        ${col('heading_level')}::int[], ${col('text')}::text[], ${col('block_level')}::text[], ${col('level')}::int[], ${col('archived')}::int[])
       returning level, tsv),
     tg as (insert into page_tags (workspace_id, page_id, tag) select ${ws}, * from unnest(${tags.map((t) => t.page_id)}::text[], ${tags.map((t) => t.tag)}::text[])),
     ky as (insert into page_keys (workspace_id, key, page_id) select ${ws}, * from unnest(${keys.map((k) => k.key)}::text[], ${keys.map((k) => k.page_id)}::text[])),

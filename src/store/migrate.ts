@@ -20,6 +20,7 @@ import * as m017 from './migrations/017_fast_fold.js';
 import * as m018 from './migrations/018_write_lock.js';
 import * as m019 from './migrations/019_keyword_window.js';
 import * as m020 from './migrations/020_keyword_rank.js';
+import * as m021 from './migrations/021_section_archived.js';
 
 interface Migration {
   name: string;
@@ -48,6 +49,7 @@ const MIGRATIONS: Migration[] = [
   { name: '018_write_lock', up: m018.up },
   { name: '019_keyword_window', up: m019.up },
   { name: '020_keyword_rank', up: m020.up },
+  { name: '021_section_archived', up: m021.up },
 ];
 
 /**

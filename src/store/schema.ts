@@ -315,6 +315,8 @@ export interface PageSectionsTable {
   block_level: string | null;
   /** The section's reader level as a rank, 0 public … 3 secret (indexer.ts sectionLevel; migration 016). */
   level: number;
+  /** 1 when the section's page is archived, else 0 (migration 021). */
+  archived: number;
 }
 
 export interface PageLinksTable {
