@@ -1,6 +1,7 @@
 import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { SearchHit } from '../../src/retrieval/search.js';
 import type { Dialect } from '../../src/store/db.js';
 import { testEngines } from '../support/engines.js';
 import { finished, postJson } from '../support/imports.js';
@@ -54,18 +55,8 @@ const embeddingsDown = (port: number) => ({
   EMBEDDINGS_MAX_RETRIES: '0',
 });
 
-interface Hit {
-  id: string;
-  path: string;
-  title: string;
-  space: string;
-  cluster_path: string;
-  tags: string[];
-  state: string;
-  score: number;
-  section: string;
-  snippet: string;
-}
+/** A search result as the API returns it. */
+type Hit = SearchHit;
 interface SearchBody {
   mode: string;
   mode_used: string;
