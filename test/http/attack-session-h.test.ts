@@ -1,7 +1,7 @@
 import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { SearchHit } from '../../src/retrieval/search.js';
+import type { SearchHit, SearchResult } from '../../src/retrieval/search.js';
 import type { Dialect } from '../../src/store/db.js';
 import { testEngines } from '../support/engines.js';
 import { finished, postJson } from '../support/imports.js';
@@ -55,14 +55,9 @@ const embeddingsDown = (port: number) => ({
   EMBEDDINGS_MAX_RETRIES: '0',
 });
 
-/** A search result as the API returns it. */
+/** A search answer and its results as the API returns them. */
 type Hit = SearchHit;
-interface SearchBody {
-  mode: string;
-  mode_used: string;
-  note?: string;
-  results: Hit[];
-}
+type SearchBody = SearchResult;
 
 /** Every field of a hit is present and of its type: no row of nulls (the window's sentinel) reaches a caller. */
 function expectWholeHits(hits: Hit[], what: string): void {
