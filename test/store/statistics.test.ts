@@ -70,5 +70,7 @@ describe.skipIf(!testEngines().includes('postgres'))('planner statistics (postgr
     const again = await s.statistics.tick();
     expect(again).not.toContain('pages');
     expect(again).not.toContain('page_sections');
-  });
+    // Its own waits allow 30 s for the counts to show and 30 s of rounds: under a full CI run the
+    // writes and the counts took past vitest's default 30 s once.
+  }, 120_000);
 });
