@@ -80,6 +80,8 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
     file.pragma('synchronous = FULL');
     file.pragma('foreign_keys = ON');
     file.pragma('busy_timeout = 5000');
+    // The keyword index reads text as a query reads the user's words: NFKC-folded (migration 022).
+    file.function('cv_nfkc', { deterministic: true }, (t: unknown) => (typeof t === 'string' ? t.normalize('NFKC') : t));
     // SQLite caches 2 MiB of pages by default; retrieval at 100,000 pages re-reads index pages of
     // far more, and 64 MiB cut keyword p95 from 11–16 ms to under 8 (docs/decisions.md).
     file.pragma(`cache_size = ${-Math.round((opts.cacheMb ?? 64) * 1024)}`);

@@ -21,6 +21,7 @@ import * as m018 from './migrations/018_write_lock.js';
 import * as m019 from './migrations/019_keyword_window.js';
 import * as m020 from './migrations/020_keyword_rank.js';
 import * as m021 from './migrations/021_section_archived.js';
+import * as m022 from './migrations/022_index_text.js';
 
 interface Migration {
   name: string;
@@ -50,6 +51,7 @@ const MIGRATIONS: Migration[] = [
   { name: '019_keyword_window', up: m019.up },
   { name: '020_keyword_rank', up: m020.up },
   { name: '021_section_archived', up: m021.up },
+  { name: '022_index_text', up: m022.up },
 ];
 
 /**

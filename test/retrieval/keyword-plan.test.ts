@@ -6,6 +6,7 @@ import { keywordCandidates, reachSql, widestCeiling, type Candidate, type Scope 
 import type { Level } from '../../src/policy/sensitivity.js';
 import { COMMON_DOCS, keywordPlan, PG_SCORE_BUDGET, SCORE_BUDGET, termDocCounts, type KeywordPlan } from '../../src/retrieval/keyword-plan.js';
 import { keywordList } from '../../src/retrieval/search.js';
+import { inverseFrequency } from '../../src/retrieval/keyword.js';
 import { testEngines } from '../support/engines.js';
 import { Client, createAgentWithKey, signupHuman, startTestServer, type TestServer } from '../support/server.js';
 
@@ -66,13 +67,20 @@ describe('keywordPlan', () => {
     expect(keywordPlan(['common', 'one', 'mid'], 'OR', docs)).toEqual({ terms: ['one', 'mid'], op: 'OR', scored: true, newest: null });
   });
 
-  it('a budget given (PostgreSQL’s) replaces SCORE_BUDGET in every cut', () => {
+  it('a budget given (PostgreSQL’s) caps the matches scored; the words an any-word query keeps are the same on both engines', () => {
     expect(PG_SCORE_BUDGET).toBeLessThan(SCORE_BUDGET);
     const docs = counts({ often: PG_SCORE_BUDGET + 1, once: 1 });
     expect(keywordPlan(['often'], 'AND', docs, PG_SCORE_BUDGET).newest).toBe(PG_SCORE_BUDGET);
     expect(keywordPlan(['often'], 'AND', docs).newest).toBeNull();
-    expect(keywordPlan(['often', 'once'], 'OR', docs, PG_SCORE_BUDGET)).toEqual({ terms: ['once'], op: 'OR', scored: true, newest: null });
+    // Both words are kept by either engine (their sections total under SCORE_BUDGET) ...
     expect(keywordPlan(['often', 'once'], 'OR', docs).terms).toEqual(['often', 'once']);
+    expect(keywordPlan(['often', 'once'], 'OR', docs)).toMatchObject({ newest: null });
+    // ... and PostgreSQL scores only the newest PG_SCORE_BUDGET of their matches.
+    expect(keywordPlan(['often', 'once'], 'OR', docs, PG_SCORE_BUDGET)).toEqual({ terms: ['often', 'once'], op: 'OR', scored: true, newest: PG_SCORE_BUDGET });
+    // Past SCORE_BUDGET the rarer word alone is kept, on both.
+    const more = counts({ often: SCORE_BUDGET, once: 1 });
+    expect(keywordPlan(['often', 'once'], 'OR', more, PG_SCORE_BUDGET)).toEqual({ terms: ['once'], op: 'OR', scored: true, newest: null });
+    expect(keywordPlan(['often', 'once'], 'OR', more).terms).toEqual(['once']);
   });
 
   it('OR keeps at least the rarest word even when it alone is past the budget, scoring only the newest', () => {
@@ -389,6 +397,28 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
     expect(pathsOf(list).slice(0, 2)).toEqual(['bm/text.md', 'bm/title.md']);
   });
 
+  it('weighs words as FTS5’s bm25 does on both engines: a word in most sections of the workspace counts for almost nothing', async () => {
+    // Its own workspace, so the sections counted are these four. `plovite` is in three of them
+    // (three times each), `zinderwake` in one (once): bm25's idf all but zeroes the first. With
+    // a fixed collection size PostgreSQL weighed both alike and ranked the three repeats first.
+    const other = await signupHuman(s.url, 'Idf');
+    const session = other.client.cookies.get(SESSION_COOKIE);
+    const me = await principalOf({ session: decodeURIComponent(session!) });
+    for (const [path, body] of [
+      ['idf/a.md', 'The plovite plovite plovite report.\n'],
+      ['idf/b.md', 'Another plovite plovite plovite report.\n'],
+      ['idf/c.md', 'A third plovite plovite plovite report.\n'],
+      ['idf/rare.md', 'One zinderwake among words.\n'],
+    ] as const) {
+      const res = await other.client.post('/api/v1/nodes', { path, content: `# Page\n\n${body}` });
+      expect(res.status, res.text.slice(0, 300)).toBe(201);
+    }
+    const list = await keywordList(s.ctx, me, scope(), ['plovite', 'zinderwake'], 10);
+    expect(list.anyWord).toBe(true);
+    expect(pathsOf(list)[0]).toBe('idf/rare.md');
+    expect(pathsOf(list)).toHaveLength(4);
+  });
+
   it('keywordList: [] when no section holds the words, and marks the any-word fallback', async () => {
     const none = await keywordList(s.ctx, agent, scope(), ['nowordlikethis', 'noranyother']);
     expect(none).toHaveLength(0);
@@ -420,5 +450,15 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
     expect(typo.weak).toBe(true);
     expect(pathsOf(typo)[0]).toBe('nw/n1.md');
     expect(typo).toHaveLength(5);
+  });
+});
+
+describe('inverseFrequency', () => {
+  it('is FTS5’s bm25 idf over the sections counted, never below 1e-6; a fixed size without a count', () => {
+    expect(inverseFrequency(1, 1000)).toBeCloseTo(Math.log(999.5 / 1.5), 10);
+    expect(inverseFrequency(600, 1000)).toBe(1e-6);
+    expect(inverseFrequency(0, 1000)).toBeGreaterThan(inverseFrequency(1, 1000));
+    expect(inverseFrequency(5, undefined)).toBeCloseTo(Math.log(1 + 20_000 / 5.5), 10);
+    expect(inverseFrequency(5, 0)).toBeCloseTo(Math.log(1 + 20_000 / 5.5), 10);
   });
 });
