@@ -255,6 +255,11 @@ export async function keywordCandidates(
  * - every match ranked (its words are rare enough: at most the budget of sections);
  * - else the newest `plan.newest` matches ranked, or (every word common) the newest matches
  *   unranked (below).
+ * One statement per round: the matches (`m`, filtered as the final rows are: matchesCounted),
+ * each read once with what its score needs (pgRank's `cols`); their count and average length
+ * (`f`); the best `limit` of them by score (`top`); and only those joined to their pages for
+ * the columns a candidate carries. Joining every match to its page and reading it again to rank
+ * it was half of a common word's statement at 100,000 pages.
  * The tsquery is written out in place so the planner sees a constant and uses the GIN index.
  */
 async function pgKeywordRows(
@@ -268,18 +273,29 @@ async function pgKeywordRows(
 ): Promise<Candidate[]> {
   const db = ctx.store.db;
   const tq = pgTsQuery(plan.terms, plan.op);
-  const score = pgRank(plan.terms, docs, tq);
+  const rank = plan.scored ? pgRank(plan.terms, docs, tq) : { cols: sql`0 as len`, score: sql`0.0::float8` };
   const pick = matchesCounted(p, scope, w);
-  if (plan.scored && plan.newest === null) {
-    return (
-      await sql<Candidate>`
-      select ${COLS}, ${score} as score
-      from page_sections s join pages p on p.id = s.page_id
-      where s.tsv @@ ${tq} and s.workspace_id = ${p.workspaceId} and ${w}
-      order by score desc, s.id
-      limit ${limit}`.execute(db)
+  const round = async (window: { lo: number; want: number } | null) =>
+    (
+      await sql<Omit<Candidate, 'page_id'> & { page_id: string | null; found: number; sid: string | null }>`
+      with m as materialized (
+        select s.id, ${rank.cols} from ${pick.from}
+        where s.tsv @@ ${tq} and s.workspace_id = ${p.workspaceId} and ${pick.where}
+        ${window ? sql`and s.id >= ${window.lo} order by s.id desc limit ${window.want}` : sql``}),
+      f as (select count(*)::int as found, avg(len)::float8 as avglen from m),
+      top as (
+        select m.id, ${rank.score} as score from m cross join f
+        order by ${plan.scored ? sql`score desc, m.id` : sql`m.id desc`} limit ${limit}),
+      r as (
+        select ${COLS}, top.score, s.id as sid
+        from top join page_sections s on s.id = top.id join pages p on p.id = s.page_id
+        where ${w})
+      select r.*, f.found from f left join r on true order by r.score desc, ${plan.scored ? sql`r.sid` : sql`r.sid desc`}`.execute(db)
     ).rows;
-  }
+  // The count of the round's matches comes with the ranked rows, or alone (page_id null) when
+  // there are none.
+  const rows = (r: Awaited<ReturnType<typeof round>>) => r.flatMap(({ found: _n, sid: _s, page_id, ...c }) => (page_id === null ? [] : [{ ...c, page_id }]));
+  if (plan.scored && plan.newest === null) return rows(await round(null));
   // The newest `want` matches, ranked (or, every word common, newest first): each round is one
   // statement (one snapshot: a page rewritten meanwhile, its sections deleted and inserted under
   // new ids, is seen whole: an attack found such a page missing from 10–20 % of the answers when
@@ -294,8 +310,6 @@ async function pgKeywordRows(
   // sorting every match read them all. A window lets PostgreSQL intersect the words' index
   // entries with the id range (migration 019's BRIN index) before it reads a row.
   const want = plan.scored ? plan.newest! : prefilter(limit, false);
-  const order = plan.scored ? sql`score desc, s.id` : sql`s.id desc`;
-  const rank = plan.scored ? score : sql`0.0`;
   const span = docs?.span ?? (await idSpan(ctx, p.workspaceId));
   if (span === null) return [];
   // The sections the counts are shares of: all the ceiling reads (term_stats), or for a
@@ -305,24 +319,9 @@ async function pgKeywordRows(
   let width = Math.ceil((docs ? firstWindow(want, plan, docs, sections) : want) * step);
   for (;;) {
     const lo = Math.max(span.lo, span.hi + 1 - width);
-    // The count of the window's matches comes with the ranked rows, or alone (page_id null)
-    // when the filters leave none of them.
-    const r = (
-      await sql<Omit<Candidate, 'page_id'> & { page_id: string | null; found: number; sid: string | null }>`
-      with m as materialized (
-        select s.id from ${pick.from} where s.tsv @@ ${tq} and s.workspace_id = ${p.workspaceId} and ${pick.where} and s.id >= ${lo}
-        order by s.id desc limit ${want}),
-      f as (select count(*)::int as found from m),
-      r as (
-        select ${COLS}, ${rank} as score, s.id as sid
-        from m join page_sections s on s.id = m.id join pages p on p.id = s.page_id
-        where ${w}
-        order by ${order}
-        limit ${limit})
-      select r.*, f.found from f left join r on true order by r.score desc, ${plan.scored ? sql`r.sid` : sql`r.sid desc`}`.execute(db)
-    ).rows;
+    const r = await round({ lo, want });
     const found = Number(r[0]?.found ?? 0);
-    if (lo <= span.lo || found >= want) return r.flatMap(({ found: _n, sid: _s, page_id, ...c }) => (page_id === null ? [] : [{ ...c, page_id }]));
+    if (lo <= span.lo || found >= want) return rows(r);
     const spanned = span.hi + 1 - lo;
     width = found > 0 ? Math.max(2 * spanned, Math.ceil(((spanned * want) / found) * 1.25)) : 8 * spanned;
   }

@@ -39,10 +39,13 @@ export function pgTsQuery(terms: string[], op: 'AND' | 'OR'): RawBuilder<unknown
 }
 
 /**
- * PostgreSQL's score of a section for the terms, shaped as FTS5's bm25: for each word, its
- * inverse document frequency (from the words' section counts, within the caller's reach) times
- * its bm25 term weight (`cv_bm25`, migration 020: its weighted frequency in the section,
- * saturated, over the section's length against the average of the sections ranked).
+ * PostgreSQL's score of a section for the terms, shaped as FTS5's bm25, in two steps so the
+ * matches are read once: `cols`, read with each match (over `s`: each word's weighted frequency
+ * as `ts_rank_cd(…, 0)`, and the section's length in distinct words as `len`), and `score`,
+ * computed from those (over `m`, the matches, and `f.avglen`, their average length): for each
+ * word its inverse document frequency (from the words' section counts, within the caller's
+ * reach) times its bm25 term weight (`cv_bm25`, migration 020: the frequency saturated, over
+ * the section's length against the average of the sections ranked).
  * ts_rank_cd alone weighed every word alike (fts MRR@10 on the evaluation set 0.58, SQLite
  * 0.76); times the idf, saturated as rank / (rank + 1) and with no length, it gave a title
  * occurrence five times a text one where bm25 gives two, and long sections the edge: fts 0.693,
@@ -50,13 +53,14 @@ export function pgTsQuery(terms: string[], op: 'AND' | 'OR'): RawBuilder<unknown
  * (inverseFrequency), the same words kept as SQLite keeps (keywordPlan) and the index reading
  * text as queries do (migration 022): 0.759 and 0.586.
  */
-export function pgRank(terms: string[], docs: DocCounts | undefined, tq: RawBuilder<unknown>): RawBuilder<unknown> {
-  if (!docs || terms.length === 0) return sql`ts_rank_cd(s.tsv, ${tq})`;
-  const parts = terms.map((t) => {
+export function pgRank(terms: string[], docs: DocCounts | undefined, tq: RawBuilder<unknown>): { cols: RawBuilder<unknown>; score: RawBuilder<unknown> } {
+  if (!docs || terms.length === 0) return { cols: sql`ts_rank_cd(s.tsv, ${tq}) as r0, length(s.tsv) as len`, score: sql`m.r0` };
+  const cols = terms.map((t, i) => sql`ts_rank_cd(s.tsv, plainto_tsquery('english', ${foldPg(t)}), 0) as ${sql.ref(`r${i}`)}`);
+  const parts = terms.map((t, i) => {
     const idf = inverseFrequency(docs.get(t) ?? 0, docs.sections);
-    return sql`${idf}::float8 * cv_bm25(ts_rank_cd(s.tsv, plainto_tsquery('english', ${foldPg(t)}), 0), length(s.tsv), avg(length(s.tsv)) over ())`;
+    return sql`${idf}::float8 * cv_bm25(${sql.ref(`m.r${i}`)}, m.len, f.avglen)`;
   });
-  return sql`(${sql.join(parts, sql` + `)})`;
+  return { cols: sql`${sql.join(cols)}, length(s.tsv) as len`, score: sql`(${sql.join(parts, sql` + `)})` };
 }
 
 /**
