@@ -6,8 +6,10 @@
  * in modes fts, vector and hybrid through searchPages and reports MRR@10 and Recall@10,
  * overall and per query kind (keyword, paraphrase, typo).
  *
- *   tsx bench/retrieval.ts [--details] [--pg[=URL]]
+ *   tsx bench/retrieval.ts [--details] [--pg[=URL]] [--set=man]
  *
+ * --set=man  the second set (bench/eval/build-man-corpus.ts): Linux manual pages, one query per
+ *            page made from its NAME line (removed from the page), kind `description`
  * --details  also writes every query's ranks per mode to bench/.cache/eval/last-run.json
  * --pg       PostgreSQL instead of SQLite (a throwaway database on postgres://postgres@127.0.0.1:5432/test)
  * Prints one JSON object on stdout; progress on stderr.
@@ -18,6 +20,7 @@ import { fileURLToPath } from 'node:url';
 import { createPage } from '../src/core/pages/write.js';
 import { searchPages } from '../src/retrieval/search.js';
 import { CACHE_DIR, loadCorpus } from './eval/build-corpus.js';
+import { loadManCorpus } from './eval/build-man-corpus.js';
 import { drainEmbeddings, openHarness, runtimeOf } from './eval/harness.js';
 import { installCleanupHandlers, loadAverage, log, percentile, round, runStandalone } from './util.js';
 
@@ -31,7 +34,8 @@ export interface EvalQuery {
   id: string;
   /** The three variants of one information need share a group. */
   group: string;
-  kind: 'keyword' | 'paraphrase' | 'typo';
+  /** keyword, paraphrase, typo (the Debian set); description (the man-page set). */
+  kind: string;
   q: string;
   relevant: string[];
 }
@@ -63,9 +67,13 @@ export function loadQueries(): EvalQuery[] {
   return raw.queries;
 }
 
-export async function benchRetrievalQuality(opts: { details?: boolean; pgAdminUrl?: string | undefined } = {}): Promise<Record<string, unknown>> {
-  const corpus = loadCorpus();
-  const queries = loadQueries();
+export async function benchRetrievalQuality(
+  opts: { details?: boolean; pgAdminUrl?: string | undefined; set?: 'debian' | 'man' } = {},
+): Promise<Record<string, unknown>> {
+  const man = opts.set === 'man' ? loadManCorpus() : null;
+  const corpus = man ?? loadCorpus();
+  const queries: EvalQuery[] = man ? man.queries : loadQueries();
+  const kinds = [...new Set(queries.map((q) => q.kind))];
   const known = new Set(corpus.pages.map((p) => p.path));
   const unknown = queries.flatMap((q) => q.relevant.filter((r) => !known.has(r)).map((r) => `${q.id}: ${r}`));
   if (unknown.length > 0)
@@ -113,7 +121,7 @@ export async function benchRetrievalQuality(opts: { details?: boolean; pgAdminUr
       const sorted = [...lat].sort((a, b) => a - b);
       perMode[mode] = {
         overall: score(rows),
-        by_kind: Object.fromEntries(['keyword', 'paraphrase', 'typo'].map((k) => [k, score(rows.filter((r) => r.kind === k))])),
+        by_kind: Object.fromEntries(kinds.map((k) => [k, score(rows.filter((r) => r.kind === k))])),
         latency_ms: { p50: round(percentile(sorted, 50), 2), p95: round(percentile(sorted, 95), 2) },
         mode_used: modeUsed[mode],
       };
@@ -160,13 +168,13 @@ export async function benchRetrievalQuality(opts: { details?: boolean; pgAdminUr
         });
         return rows;
       };
-      const grid: { k: number; w_vector: number; mrr: number; recall: number; keyword: number; paraphrase: number; typo: number }[] = [];
+      const grid: ({ k: number; w_vector: number; mrr: number; recall: number } & Record<string, number>)[] = [];
       for (const k of [5, 10, 20, 60]) {
         for (const wv of [0, 0.25, 0.5, 0.75, 1, 1.5, 2]) {
           const rows = evalGrid(queries, k, wv);
           const by = (kind: string) => score(rows.filter((r) => r.kind === kind)).mrr_at_10;
           const all = score(rows);
-          grid.push({ k, w_vector: wv, mrr: all.mrr_at_10, recall: all.recall_at_10, keyword: by('keyword'), paraphrase: by('paraphrase'), typo: by('typo') });
+          grid.push({ k, w_vector: wv, mrr: all.mrr_at_10, recall: all.recall_at_10, ...Object.fromEntries(kinds.map((kind) => [kind, by(kind)])) });
         }
       }
       // Two-fold check by need (odd / even groups): pick on one half, score on the other.
@@ -195,7 +203,7 @@ export async function benchRetrievalQuality(opts: { details?: boolean; pgAdminUr
 
     if (opts.details) {
       fs.mkdirSync(CACHE_DIR, { recursive: true });
-      const file = path.join(CACHE_DIR, 'last-run.json');
+      const file = path.join(CACHE_DIR, man ? 'last-run-man.json' : 'last-run.json');
       fs.writeFileSync(
         file,
         JSON.stringify(
@@ -218,7 +226,7 @@ export async function benchRetrievalQuality(opts: { details?: boolean; pgAdminUr
       queries: {
         total: queries.length,
         needs: new Set(queries.map((q) => q.group)).size,
-        by_kind: Object.fromEntries(['keyword', 'paraphrase', 'typo'].map((k) => [k, queries.filter((q) => q.kind === k).length])),
+        by_kind: Object.fromEntries(kinds.map((k) => [k, queries.filter((q) => q.kind === k).length])),
       },
       embeddings: rt?.provider
         ? { provider: rt.provider.provider, model: rt.provider.model, dimensions: rt.provider.dimensions }
@@ -247,5 +255,5 @@ if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.me
   const args = process.argv.slice(2);
   const pgArg = args.find((a) => a === '--pg' || a.startsWith('--pg='));
   const pgAdminUrl = pgArg ? (pgArg.includes('=') ? pgArg.slice(5) : 'postgres://postgres@127.0.0.1:5432/test') : undefined;
-  runStandalone(() => benchRetrievalQuality({ details: args.includes('--details'), pgAdminUrl }));
+  runStandalone(() => benchRetrievalQuality({ details: args.includes('--details'), pgAdminUrl, set: args.includes('--set=man') ? 'man' : 'debian' }));
 }
