@@ -90,7 +90,7 @@ export async function indexSections(db: Executor, workspaceId: string, pageIds: 
   const rank = sql`max(${rankSql(sql.ref('p.sensitivity'), 'secret')}, ${rankSql(sql.ref('s.block_level'), 'public')})`;
   for (const [i, level] of LEVELS.entries()) {
     await sql`insert into ${keywordTable(workspaceId, level)} (rowid, title, heading, text)
-      select s.id, cv_nfkc(s.title), cv_nfkc(s.heading), cv_nfkc(s.text) from page_sections s join pages p on p.id = s.page_id
+      select s.id, cv_index_text(s.title), cv_index_text(s.heading), cv_index_text(s.text) from page_sections s join pages p on p.id = s.page_id
       where s.page_id in (${sql.join(pageIds)}) and ${rank} <= ${i}`.execute(db);
   }
 }

@@ -108,5 +108,6 @@ const FOLD_MAP = new Map([...PG_FOLD.from].map((c, i) => [c, PG_FOLD.to[i]!]));
 
 /** Folds a query term the way the PostgreSQL index folds text. */
 export function foldPg(term: string): string {
-  return [...term].map((c) => FOLD_MAP.get(c) ?? c).join('');
+  // Combining diacritical marks go, as the index drops them (migration 022).
+  return [...term.replace(/[\u0300-\u036f]+/g, '')].map((c) => FOLD_MAP.get(c) ?? c).join('');
 }

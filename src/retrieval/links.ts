@@ -6,13 +6,21 @@ function norm(s: string): string {
   return s.normalize('NFC').trim().split(/\s+/).join(' ').toLowerCase();
 }
 
+/**
+ * A key longer than a path may be (in characters) names no page: such a title is not a link
+ * target by title (its path still is), and such a link resolves to nothing. Keys are B-tree keys
+ * on PostgreSQL, whose rows hold at most 2,704 bytes: a 3 kB title was a 500 (an attack,
+ * test/http/attack-session-i.test.ts).
+ */
+export const MAX_KEY_CHARS = 512;
+
 /** The names a page answers to: its path, its path without `.md`, its slug and its title. */
 export function pageKeys(pagePath: string, title: string): string[] {
   const noExt = pagePath.replace(/\.md$/i, '');
   const slug = noExt.split('/').pop() ?? noExt;
   const keys = new Set([norm(pagePath), norm(noExt), norm(slug), norm(title)]);
   keys.delete('');
-  return [...keys];
+  return [...keys].filter((k) => k.length <= MAX_KEY_CHARS);
 }
 
 /**
@@ -23,13 +31,14 @@ export function pageKeys(pagePath: string, title: string): string[] {
 export function linkKey(link: { target: string; kind: 'wiki' | 'markdown' }, sourceFolder: string): string | null {
   if (link.kind === 'wiki') {
     const k = norm(link.target);
-    return k === '' ? null : k;
+    return k === '' || k.length > MAX_KEY_CHARS ? null : k;
   }
   const t = link.target.trim();
   if (t === '') return null;
   const joined = t.startsWith('/') ? path.normalize(t.slice(1)) : path.normalize(path.join(sourceFolder, t));
   if (joined.startsWith('..') || joined.startsWith('/') || joined === '.') return null;
-  return norm(joined);
+  const k = norm(joined);
+  return k.length > MAX_KEY_CHARS ? null : k;
 }
 
 /** Among pages answering to a key, the one a link from `sourcePath` means: exact path, then nearest folder, then shortest path. */

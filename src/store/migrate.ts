@@ -22,6 +22,7 @@ import * as m019 from './migrations/019_keyword_window.js';
 import * as m020 from './migrations/020_keyword_rank.js';
 import * as m021 from './migrations/021_section_archived.js';
 import * as m022 from './migrations/022_index_text.js';
+import * as m023 from './migrations/023_pg_wide_rows.js';
 
 interface Migration {
   name: string;
@@ -52,6 +53,7 @@ const MIGRATIONS: Migration[] = [
   { name: '020_keyword_rank', up: m020.up },
   { name: '021_section_archived', up: m021.up },
   { name: '022_index_text', up: m022.up },
+  { name: '023_pg_wide_rows', up: m023.up },
 ];
 
 /**

@@ -98,7 +98,7 @@ async function downgradeTo004(db: Kysely<DB>, engine: Dialect): Promise<void> {
   await x(sql`alter table principals drop column suspended_at`);
   await x(sql`alter table workspaces drop column locked_at`);
   await x(sql`alter table workspaces drop column locked_by_session`);
-  await x(sql`drop index pages_retrieval_filter`);
+  await x(sql`drop index if exists pages_retrieval_filter`);
   for (const t of ['embed_jobs', 'section_vectors', 'vector_log']) await x(sql`drop table ${sql.table(t)}`);
   for (const n of ['005_vectors', '006_search_filters', '007_agent_custody', '008_account_attempts', '009_keyword_per_workspace', '010_maintenance_jobs']) {
     await x(sql`delete from schema_migrations where name = ${n}`);

@@ -177,3 +177,46 @@ describe.each(testEngines())('sections too large for a PostgreSQL tsvector (%s)'
     }
   }, 120_000);
 });
+
+describe.each(testEngines())('long titles, tags and link targets (%s)', (engine) => {
+  it('a 3 kB title is written and found, a link to a 3 kB name resolves to nothing, a tag over 200 characters is a 400', async () => {
+    const tdb = await createTestDatabase(engine);
+    const s = await startServerOn(tdb);
+    try {
+      const h = await signupHuman(s.url, 'Long');
+      const words = Array.from({ length: 400 }, (_, i) => createHash('md5').update(`t-${i}`).digest('hex').slice(0, 8));
+      const title = words.join(' ');
+      expect(title.length).toBeGreaterThan(3000);
+      // Migration 023: no B-tree over titles and tags on PostgreSQL (its rows hold at most 2,704 bytes).
+      const idx = await sql<{
+        n: number;
+      }>`select count(*) as n from ${sql.raw(engine === 'postgres' ? 'pg_indexes where indexname' : 'sqlite_master where name')} = 'pages_retrieval_filter'`.execute(
+        s.ctx.store.db,
+      );
+      expect(Number(idx.rows[0]?.n)).toBe(engine === 'postgres' ? 0 : 1);
+
+      const a = await h.client.post('/api/v1/nodes', { path: 'long/title.md', content: `---\ntitle: ${title}\n---\nBody.\n` });
+      expectStatus(a, 201);
+      expect((a.body as { title: string }).title).toBe(title);
+      const b = await h.client.post('/api/v1/nodes', { path: 'long/heading.md', content: `# ${title} again\n\nBody [[${title}]] and [[long/title]].\n` });
+      expectStatus(b, 201);
+      const found = await h.client.get(`/api/v1/search?q=${words[0]}&mode=fts`);
+      expectStatus(found, 200);
+      expect((found.body.results as { path: string }[]).map((r) => r.path).sort()).toEqual(['long/heading.md', 'long/title.md']);
+      // The link by the long title names no page (keys are bounded); the one by path does.
+      const back = await h.client.get(`/api/v1/nodes/${(a.body as { id: string }).id}/backlinks`);
+      expectStatus(back, 200);
+      expect(JSON.stringify(back.body)).toContain('long/heading.md');
+
+      const tag = 'x'.repeat(201);
+      const c = await h.client.post('/api/v1/nodes', { path: 'long/tagged.md', content: `---\ntags: [ok, ${tag}]\n---\nBody.\n` });
+      expectStatus(c, 400);
+      expect(c.body.error.code).toBe('invalid_frontmatter');
+      expect(c.body.error.message).toContain('200 characters');
+      expectStatus(await h.client.post('/api/v1/nodes', { path: 'long/tagged.md', content: `---\ntags: [ok, ${'x'.repeat(200)}]\n---\nBody.\n` }), 201);
+    } finally {
+      await s.close();
+      await tdb.cleanup();
+    }
+  }, 60_000);
+});

@@ -4,6 +4,8 @@ import { badRequest, tooLarge } from '../errors.js';
 
 /** Maximum size of one page's raw markdown (docs/api.md). */
 export const MAX_PAGE_BYTES = 1024 * 1024;
+/** Characters a tag may have. */
+export const MAX_TAG_CHARS = 200;
 
 export const ARCHIVE_REASONS = ['closed', 'stale', 'superseded', 'manual'] as const;
 export type ArchiveReason = (typeof ARCHIVE_REASONS)[number];
@@ -40,12 +42,17 @@ export function analyzeContent(raw: string, fallbackTitle: string): PageContent 
   if (state === 'archived' && frontmatter.archived_reason !== undefined && !ARCHIVE_REASONS.includes(frontmatter.archived_reason as ArchiveReason)) {
     throw badRequest(`archived_reason must be one of ${ARCHIVE_REASONS.join(', ')}`, 'invalid_frontmatter');
   }
+  const tags = extractTags(frontmatter);
+  // A tag is a short label, and a key of an index on both engines (a B-tree row on PostgreSQL
+  // holds at most 2,704 bytes: a 3 kB tag was a 500 there).
+  const long = tags.find((t) => [...t].length > MAX_TAG_CHARS);
+  if (long !== undefined) throw badRequest(`A tag is longer than ${MAX_TAG_CHARS} characters: ${[...long].slice(0, 40).join('')}…`, 'invalid_frontmatter');
   return {
     raw,
     frontmatter,
     body,
     title: extractTitle(frontmatter, body, fallbackTitle),
-    tags: extractTags(frontmatter),
+    tags,
     links: extractLinks(body),
     sensitivity: sens,
     blockLevel: maxBlockLevel(body),
