@@ -43,7 +43,8 @@ function log(msg: string): void {
   process.stderr.write(`[eval corpus] ${msg}\n`);
 }
 
-function installedVersion(pkg: string): string | null {
+/** The installed version of a Debian package, or null. */
+export function installedVersion(pkg: string): string | null {
   try {
     const out = execFileSync('dpkg-query', ['-W', '-f=${Status}\t${Version}', pkg], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
     const [status, version] = out.split('\t');

@@ -22,7 +22,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { CACHE_DIR, type CorpusPage } from './build-corpus.js';
+import { CACHE_DIR, installedVersion, type CorpusPage } from './build-corpus.js';
 
 export const MAN_CORPUS_FILE = path.join(CACHE_DIR, 'man-corpus.json');
 const PACKAGES = ['manpages', 'manpages-dev'] as const;
@@ -44,16 +44,6 @@ export interface ManCorpus {
 
 function log(msg: string): void {
   process.stderr.write(`[man corpus] ${msg}\n`);
-}
-
-function installedVersion(pkg: string): string | null {
-  try {
-    const out = execFileSync('dpkg-query', ['-W', '-f=${Status}\t${Version}', pkg], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
-    const [status, version] = out.split('\t');
-    return status?.includes('install ok installed') ? (version ?? null) : null;
-  } catch {
-    return null;
-  }
 }
 
 function ensurePackages(): { name: string; version: string }[] {
