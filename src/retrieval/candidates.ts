@@ -275,14 +275,24 @@ async function pgKeywordRows(
   const tq = pgTsQuery(plan.terms, plan.op);
   const rank = plan.scored ? pgRank(plan.terms, docs, tq) : { cols: sql`0 as len`, score: sql`0.0::float8` };
   const pick = matchesCounted(p, scope, w);
+  // An any-word plan past its budget scores every match of its rarest words (`whole`) beside the
+  // window's newest matches (keywordPlan).
+  const whole = plan.scored && plan.newest !== null && plan.whole ? plan.whole : null;
+  const matches = (q: RawBuilder<unknown>, window: { lo: number; want: number } | null) =>
+    sql`select s.id, ${rank.cols} from ${pick.from}
+        where s.tsv @@ ${q} and s.workspace_id = ${p.workspaceId} and ${pick.where}
+        ${window ? sql`and s.id >= ${window.lo} order by s.id desc limit ${window.want}` : sql``}`;
   const round = async (window: { lo: number; want: number } | null) =>
     (
       await sql<Omit<Candidate, 'page_id'> & { page_id: string | null; found: number; sid: string | null }>`
-      with m as materialized (
-        select s.id, ${rank.cols} from ${pick.from}
-        where s.tsv @@ ${tq} and s.workspace_id = ${p.workspaceId} and ${pick.where}
-        ${window ? sql`and s.id >= ${window.lo} order by s.id desc limit ${window.want}` : sql``}),
-      f as (select count(*)::int as found, avg(len)::float8 as avglen from m),
+      with ${
+        whole && window
+          ? sql`b as materialized (${matches(tq, window)}),
+      m as materialized (select distinct on (id) * from (${matches(pgTsQuery(whole.terms, 'OR'), null)} union all select * from b) u order by id),
+      f as (select (select count(*) from b)::int as found, avg(len)::float8 as avglen from m),`
+          : sql`m as materialized (${matches(tq, window)}),
+      f as (select count(*)::int as found, avg(len)::float8 as avglen from m),`
+      }
       top as (
         select m.id, ${rank.score} as score from m cross join f
         order by ${plan.scored ? sql`score desc, m.id` : sql`m.id desc`} limit ${limit}),
@@ -309,7 +319,8 @@ async function pgKeywordRows(
   // (at 100,000 pages, 57,000 rows read for a word in 8,800 sections: 130 ms), and ranking or
   // sorting every match read them all. A window lets PostgreSQL intersect the words' index
   // entries with the id range (migration 019's BRIN index) before it reads a row.
-  const want = plan.scored ? plan.newest! : prefilter(limit, false);
+  // The window fills what the whole words leave of the budget.
+  const want = plan.scored ? Math.max(1, plan.newest! - (whole?.sections ?? 0)) : prefilter(limit, false);
   const span = docs?.span ?? (await idSpan(ctx, p.workspaceId));
   if (span === null) return [];
   // The sections the counts are shares of: all the ceiling reads (term_stats), or for a

@@ -40,6 +40,11 @@ export interface KeywordPlan {
   scored: boolean;
   /** Score only the newest this-many matches (null: all of them). */
   newest: number | null;
+  /**
+   * Any word, past `newest`: the rarest words whose sections together fit the budget. Every
+   * match of these is scored, and only the newest of the other words' matches fill the rest.
+   */
+  whole?: { terms: string[]; sections: number };
 }
 
 /**
@@ -51,7 +56,8 @@ export interface KeywordPlan {
  *   newest that many are scored, so a query of frequent words ranks recent writing.
  * - Any word: the rarest words are kept while their sections total at most SCORE_BUDGET (at
  *   least one word; whatever `budget` says); the more frequent ones weigh little in bm25.
- *   Past `budget` matches, the newest that many are scored.
+ *   Past `budget` matches, every match of the rarest words that fit it is scored (`whole`) and
+ *   the newest matches of the rest fill the budget.
  */
 export function keywordPlan(
   terms: string[],
@@ -72,7 +78,14 @@ export function keywordPlan(
   let total = 0;
   const chosen = new Set([...rare].sort((a, b) => count(a) - count(b)).filter((t, i) => (total += count(t)) <= SCORE_BUDGET || i === 0));
   const keep = rare.filter((t) => chosen.has(t));
-  return { terms: keep, op, scored: true, newest: keep.reduce((n, t) => n + count(t), 0) > budget ? budget : null };
+  if (keep.reduce((n, t) => n + count(t), 0) <= budget) return { terms: keep, op, scored: true, newest: null };
+  // Past the budget, a newest-first cut alone dropped the old sections holding the rarest word,
+  // the ones bm25 ranks first (man-page evaluation set on PostgreSQL: `reposition read/write file
+  // offset` lost lseek(2)). The rarest words that fit the budget keep every match.
+  let fit = 0;
+  const whole = [...keep].sort((a, b) => count(a) - count(b)).filter((t) => (fit += count(t)) <= budget);
+  const sections = whole.reduce((n, t) => n + count(t), 0);
+  return { terms: keep, op, scored: true, newest: budget, ...(whole.length > 0 ? { whole: { terms: whole, sections } } : {}) };
 }
 
 /** Counts change slowly and only steer plans: a common word's are reused for this long. */

@@ -75,8 +75,22 @@ describe('keywordPlan', () => {
     // Both words are kept by either engine (their sections total under SCORE_BUDGET) ...
     expect(keywordPlan(['often', 'once'], 'OR', docs).terms).toEqual(['often', 'once']);
     expect(keywordPlan(['often', 'once'], 'OR', docs)).toMatchObject({ newest: null });
-    // ... and PostgreSQL scores only the newest PG_SCORE_BUDGET of their matches.
-    expect(keywordPlan(['often', 'once'], 'OR', docs, PG_SCORE_BUDGET)).toEqual({ terms: ['often', 'once'], op: 'OR', scored: true, newest: PG_SCORE_BUDGET });
+    // ... and PostgreSQL scores every match of the rarer word (it fits its budget) and the
+    // newest of the rest up to PG_SCORE_BUDGET.
+    expect(keywordPlan(['often', 'once'], 'OR', docs, PG_SCORE_BUDGET)).toEqual({
+      terms: ['often', 'once'],
+      op: 'OR',
+      scored: true,
+      newest: PG_SCORE_BUDGET,
+      whole: { terms: ['once'], sections: 1 },
+    });
+    // No word fits the budget alone: the newest matches only.
+    expect(keywordPlan(['often', 'again'], 'OR', counts({ often: PG_SCORE_BUDGET + 1, again: PG_SCORE_BUDGET + 2 }), PG_SCORE_BUDGET)).toEqual({
+      terms: ['often'],
+      op: 'OR',
+      scored: true,
+      newest: PG_SCORE_BUDGET,
+    });
     // Past SCORE_BUDGET the rarer word alone is kept, on both.
     const more = counts({ often: SCORE_BUDGET, once: 1 });
     expect(keywordPlan(['often', 'once'], 'OR', more, PG_SCORE_BUDGET)).toEqual({ terms: ['once'], op: 'OR', scored: true, newest: null });
@@ -417,6 +431,19 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
     expect(list.anyWord).toBe(true);
     expect(pathsOf(list)[0]).toBe('idf/rare.md');
     expect(pathsOf(list)).toHaveLength(4);
+  });
+
+  it('an any-word query past the engine’s budget still ranks the old sections holding its rarest word first', async () => {
+    // Past PostgreSQL's budget (1,000) and under SQLite's (2,000): 1,100 newer sections hold
+    // `frobvane` once each; one old section holds the rare `quillomar` too, and another old one
+    // `quillomar` alone. No section holds both other words, so the query falls back to any word.
+    await write({ path: 'tier/old.md', title: 'Old', body: 'The quillomar note, and one frobvane.\n' });
+    await write({ path: 'tier/older.md', title: 'Older', body: 'Only quillomar here.\n' });
+    const sections = Array.from({ length: 1_100 }, (_, i) => `## Part ${i}\n\nA frobvane mention, part ${i}.\n`).join('\n');
+    await write({ path: 'tier/many.md', title: 'Register', body: sections });
+    const list = await keywordList(s.ctx, agent, scope(), ['quillomar', 'frobvane', 'nowhereword'], 20);
+    expect(list.anyWord).toBe(true);
+    expect(pathsOf(list).slice(0, 2).sort()).toEqual(['tier/old.md', 'tier/older.md']);
   });
 
   it('keywordList: [] when no section holds the words, and marks the any-word fallback', async () => {
