@@ -3,7 +3,8 @@
  * loads the Debian corpus into a fresh store through createPage (the production write path:
  * one commit per page, keyword index in the write transaction, vectors by the job worker),
  * waits for the embedding backlog to drain, then runs every query of bench/eval/queries.json
- * in modes fts, vector and hybrid through searchPages and reports MRR@10 and Recall@10,
+ * in modes fts, vector and hybrid through searchPages (and on SQLite a plain bm25 baseline:
+ * every query word OR-ed, no plan) and reports MRR@10 and Recall@10,
  * overall and per query kind (keyword, paraphrase, typo).
  *
  *   tsx bench/retrieval.ts [--details] [--pg[=URL]] [--set=man]
@@ -18,16 +19,19 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createPage } from '../src/core/pages/write.js';
+import { sql } from 'kysely';
+import { widestCeiling } from '../src/retrieval/candidates.js';
+import { fts5Match, queryTerms } from '../src/retrieval/keyword.js';
+import { keywordTable } from '../src/retrieval/keyword-index.js';
 import { searchPages } from '../src/retrieval/search.js';
 import { CACHE_DIR, loadCorpus } from './eval/build-corpus.js';
 import { loadManCorpus } from './eval/build-man-corpus.js';
-import { drainEmbeddings, openHarness, runtimeOf } from './eval/harness.js';
+import { drainEmbeddings, openHarness, runtimeOf, type Harness } from './eval/harness.js';
 import { installCleanupHandlers, loadAverage, log, percentile, round, runStandalone } from './util.js';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 export const QUERIES_FILE = path.join(HERE, 'eval', 'queries.json');
 const MODES = ['fts', 'vector', 'hybrid'] as const;
-type Mode = (typeof MODES)[number];
 const K = 10;
 
 export interface EvalQuery {
@@ -60,6 +64,22 @@ function score(rows: { rr: number; recall: number; first: number | null }[]): Sc
     success_at_1: round(sum((r) => (r.first === 1 ? 1 : 0)) / Math.max(1, n), 4),
     miss_at_10: round(sum((r) => (r.first === null ? 1 : 0)) / Math.max(1, n), 4),
   };
+}
+
+/** The baseline: FTS5's bm25 (the service's column weights) over every query word OR-ed, best section per page (SQLite). */
+async function plainBm25(h: Harness, q: string): Promise<string[]> {
+  const terms = queryTerms(q);
+  if (terms.length === 0) return [];
+  const fts = keywordTable(h.principal.workspaceId, widestCeiling(h.principal, 'search') ?? 'public');
+  const rows = await sql<{ path: string }>`
+    select p.path from (select rowid as rid, bm25(${fts}, 10.0, 4.0, 1.0) as b from ${fts} where ${fts} match ${fts5Match(terms, 'OR')} order by b limit 500) m
+    join page_sections s on s.id = m.rid join pages p on p.id = s.page_id
+    where p.deleted_at is null and p.state = 'active' order by m.b`.execute(h.ctx.store.db);
+  const seen = new Set<string>();
+  return rows.rows
+    .map((r) => r.path)
+    .filter((x) => !seen.has(x) && seen.add(x))
+    .slice(0, K);
 }
 
 export function loadQueries(): EvalQuery[] {
@@ -97,23 +117,33 @@ export async function benchRetrievalQuality(
     for (const mode of MODES) await searchPages(h.ctx, h.principal, { q: 'warm up the index', mode, limit: K, includeArchived: false });
 
     const perMode: Record<string, unknown> = {};
-    const details: Record<string, Record<Mode, { rank: number | null; top: string[] }>> = {};
+    const details: Record<string, Record<string, { rank: number | null; top: string[] }>> = {};
     const modeUsed: Record<string, Record<string, number>> = {};
-    for (const mode of MODES) {
+    // The service's modes, and on SQLite the baseline issue 20 measures the plans against: plain
+    // FTS5 bm25 over the caller's keyword table, every query word OR-ed, no plan, no boosts.
+    const rankers: { name: string; run: (q: string) => Promise<{ paths: string[]; used: string }> }[] = [
+      ...MODES.map((mode) => ({
+        name: mode as string,
+        run: async (q: string) => {
+          const res = await searchPages(h.ctx, h.principal, { q, mode, limit: K, includeArchived: false });
+          return { paths: res.results.slice(0, K).map((r) => r.path), used: String((res as { mode_used?: unknown }).mode_used ?? mode) };
+        },
+      })),
+      ...(h.engine === 'sqlite' ? [{ name: 'bm25_or', run: async (q: string) => ({ paths: await plainBm25(h, q), used: 'bm25_or' }) }] : []),
+    ];
+    for (const { name: mode, run } of rankers) {
       const rows: { kind: string; rr: number; recall: number; first: number | null }[] = [];
       const lat: number[] = [];
       for (const q of queries) {
         const s = performance.now();
-        const res = await searchPages(h.ctx, h.principal, { q: q.q, mode, limit: K, includeArchived: false });
+        const { paths, used } = await run(q.q);
         lat.push(performance.now() - s);
-        const used = String((res as { mode_used?: unknown }).mode_used ?? mode);
         (modeUsed[mode] ??= {})[used] = (modeUsed[mode]![used] ?? 0) + 1;
-        const paths = res.results.slice(0, K).map((r) => r.path);
         const rel = new Set(q.relevant);
         const firstIdx = paths.findIndex((p) => rel.has(p));
         const found = paths.filter((p) => rel.has(p)).length;
         rows.push({ kind: q.kind, rr: firstIdx < 0 ? 0 : 1 / (firstIdx + 1), recall: found / rel.size, first: firstIdx < 0 ? null : firstIdx + 1 });
-        (details[q.id] ??= {} as Record<Mode, { rank: number | null; top: string[] }>)[mode] = {
+        (details[q.id] ??= {})[mode] = {
           rank: firstIdx < 0 ? null : firstIdx + 1,
           top: paths.slice(0, 3),
         };
@@ -128,12 +158,12 @@ export async function benchRetrievalQuality(
     }
 
     // Which mode wins where: per query, the better reciprocal rank.
-    const versus = (a: Mode, b: Mode) => {
+    const versus = (a: string, b: string) => {
       const out: Record<string, { wins: number; losses: number; ties: number }> = {};
       for (const q of queries) {
         const d = details[q.id]!;
-        const ra = d[a].rank ? 1 / d[a].rank : 0;
-        const rb = d[b].rank ? 1 / d[b].rank : 0;
+        const ra = d[a]?.rank ? 1 / d[a].rank : 0;
+        const rb = d[b]?.rank ? 1 / d[b].rank : 0;
         const o = (out[q.kind] ??= { wins: 0, losses: 0, ties: 0 });
         if (ra > rb) o.wins++;
         else if (ra < rb) o.losses++;
@@ -242,6 +272,7 @@ export async function benchRetrievalQuality(
       hybrid_vs_fts: versus('hybrid', 'fts'),
       fusion_study: fusion,
       vector_vs_fts: versus('vector', 'fts'),
+      ...(h.engine === 'sqlite' ? { fts_vs_bm25_or: versus('fts', 'bm25_or'), hybrid_vs_bm25_or: versus('hybrid', 'bm25_or') } : {}),
       hybrid_beats_fts: (perMode.hybrid as { overall: Scores }).overall.mrr_at_10 > (perMode.fts as { overall: Scores }).overall.mrr_at_10,
       load_average_1m_after: loadAverage(),
     };
