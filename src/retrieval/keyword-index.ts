@@ -1,6 +1,7 @@
 import { sql, type RawBuilder } from 'kysely';
 import { LEVELS, type Level } from '../policy/sensitivity.js';
 import type { Executor, Store } from '../store/db.js';
+import { indexText } from './keyword.js';
 
 /**
  * The SQLite keyword index: per workspace, one FTS5 table per reader level (issue 11).
@@ -88,10 +89,19 @@ function rankSql(column: RawBuilder<unknown>, missing: string) {
  */
 export async function indexSections(db: Executor, workspaceId: string, pageIds: readonly string[]): Promise<void> {
   const rank = sql`max(${rankSql(sql.ref('p.sensitivity'), 'secret')}, ${rankSql(sql.ref('s.block_level'), 'public')})`;
+  const rows = (
+    await sql<{ id: number; title: string | null; heading: string | null; text: string | null; r: number }>`
+    select s.id, s.title, s.heading, s.text, ${rank} as r from page_sections s join pages p on p.id = s.page_id
+    where s.page_id in (${sql.join(pageIds)})`.execute(db)
+  ).rows;
+  if (rows.length === 0) return;
+  // Each section's text is prepared once (indexText), not once per level's table.
+  const prepared = (t: string | null) => (t === null ? null : indexText(t));
+  const json = JSON.stringify(rows.map((x) => [x.id, prepared(x.title), prepared(x.heading), prepared(x.text), x.r]));
   for (const [i, level] of LEVELS.entries()) {
     await sql`insert into ${keywordTable(workspaceId, level)} (rowid, title, heading, text)
-      select s.id, cv_index_text(s.title), cv_index_text(s.heading), cv_index_text(s.text) from page_sections s join pages p on p.id = s.page_id
-      where s.page_id in (${sql.join(pageIds)}) and ${rank} <= ${i}`.execute(db);
+      select json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'), json_extract(value, '$[3]')
+      from json_each(${json}) where json_extract(value, '$[4]') <= ${i}`.execute(db);
   }
 }
 

@@ -7,6 +7,22 @@ import type { DocCounts } from './keyword-plan.js';
 export const MAX_TERMS = 32;
 const MAX_TERM_LENGTH = 64;
 
+/** A word of a query, and of the text SQLite's keyword index reads: letters, digits and marks. */
+const WORD = /[\p{L}\p{N}\p{M}]+/gu;
+const NOT_WORD = /[^\p{L}\p{N}\p{M}]+/gu;
+
+/**
+ * Section text as SQLite's keyword index reads it (keyword-index.ts, migration 022): NFKC-folded,
+ * and everything but letters, digits and marks a space, as `queryTerms` reads a query. FTS5's
+ * tokenizer has tables of Unicode 6.1 and reads later symbols as letters (`🦄word🦄` was one
+ * token, so `word` never found it: an attack, test/http/attack-session-i.test.ts). ASCII text is
+ * already split that way by the tokenizer, and is passed as it is.
+ */
+export function indexText(t: string): string {
+  if (/^[\x00-\x7f]*$/.test(t)) return t;
+  return t.normalize('NFKC').replace(NOT_WORD, ' ');
+}
+
 /**
  * The terms of a query: runs of letters and digits (any script, NFKC-folded), lower-cased,
  * deduplicated. Quotes, operators (AND, OR, NOT, NEAR, `*`, `^`, `-`, `:`) and punctuation are
@@ -14,7 +30,7 @@ const MAX_TERM_LENGTH = 64;
  */
 export function queryTerms(q: string): string[] {
   const out: string[] = [];
-  for (const m of q.normalize('NFKC').matchAll(/[\p{L}\p{N}\p{M}]+/gu)) {
+  for (const m of q.normalize('NFKC').matchAll(WORD)) {
     const t = m[0].toLowerCase().slice(0, MAX_TERM_LENGTH);
     if (!out.includes(t)) out.push(t);
     if (out.length >= MAX_TERMS) break;

@@ -80,8 +80,6 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
     file.pragma('synchronous = FULL');
     file.pragma('foreign_keys = ON');
     file.pragma('busy_timeout = 5000');
-    // The keyword index reads text as a query reads the user's words (migration 022).
-    file.function('cv_index_text', { deterministic: true }, (t: unknown) => (typeof t === 'string' ? indexText(t) : t));
     // SQLite caches 2 MiB of pages by default; retrieval at 100,000 pages re-reads index pages of
     // far more, and 64 MiB cut keyword p95 from 11–16 ms to under 8 (docs/decisions.md).
     file.pragma(`cache_size = ${-Math.round((opts.cacheMb ?? 64) * 1024)}`);
@@ -93,18 +91,6 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
     dialect,
     close: () => db.destroy(),
   };
-}
-
-/**
- * Section text as SQLite's keyword index reads it: NFKC-folded, and everything but letters,
- * digits and marks a space, as `queryTerms` reads a query. FTS5's tokenizer has tables of
- * Unicode 6.1 and reads later symbols as letters (`🦄word🦄` was one token, so `word` never found
- * it: an attack, test/http/attack-session-i.test.ts). ASCII text is already split that way by
- * the tokenizer, and is passed as it is.
- */
-export function indexText(t: string): string {
-  if (/^[\x00-\x7f]*$/.test(t)) return t;
-  return t.normalize('NFKC').replace(/[^\p{L}\p{N}\p{M}]+/gu, ' ');
 }
 
 /**

@@ -19,7 +19,7 @@ import type { Dialect } from '../db.js';
  *   options; the lexemes change, so the word statistics (term_stats) are counted again.
  *   `normalize()` needs a UTF8 database; on any other encoding the text is not NFKC-folded.
  *   A section too large for a tsvector (1 MB) is indexed by the first part of it that fits.
- * - SQLite: the indexer gives FTS5 the text as queries read it (`cv_index_text`, src/store/db.ts:
+ * - SQLite: the indexer gives FTS5 the text as queries read it (`indexText`, retrieval/keyword.ts:
  *   NFKC, and anything but letters, digits and marks a space; FTS5's own Unicode tables are
  *   older and read later symbols as letters). Rows indexed before are redone by the background
  *   re-index job (migration 010), requested here when a section holds any non-ASCII character
