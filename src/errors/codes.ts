@@ -94,6 +94,8 @@ export const ERROR_CODES = {
   invalid_patch: 400,
   patch_does_not_apply: 409,
   cluster_too_large: 400,
+  /** A point-in-time answer (`at=`) would read more pages than it may (retrieval/snapshot.ts AT_MAX_PAGES). */
+  snapshot_too_large: 400,
   /** POST /api/v1/import: the upload is not a zip archive that can be read. */
   invalid_archive: 400,
   /** POST /api/v1/import: the archive passes a limit (entries, unpacked size, compression ratio): a zip bomb is refused whole. */

@@ -11,6 +11,8 @@ import { pageUrl } from './pages.js';
 export function searchToolView(r: SearchResult) {
   return {
     mode_used: r.mode_used,
+    ...(r.note === undefined ? {} : { note: r.note }),
+    ...(r.at === undefined ? {} : { at: r.at }),
     results: r.results.map((h) => ({ id: h.id, path: h.path, title: h.title, state: h.state, score: h.score, section: h.section, snippet: h.snippet })),
   };
 }

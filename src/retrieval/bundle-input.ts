@@ -26,9 +26,10 @@ export interface BundleParams {
   scope?: string | undefined;
   include_links: boolean;
   include_archived: boolean;
+  at?: string | undefined;
 }
 
 /** The parameters as `buildBundle` takes them. */
 export function bundleOptions(a: BundleParams): BundleOptions {
-  return { intent: a.intent, budgetTokens: a.budget_tokens, scope: a.scope, includeLinks: a.include_links, includeArchived: a.include_archived };
+  return { intent: a.intent, budgetTokens: a.budget_tokens, scope: a.scope, includeLinks: a.include_links, includeArchived: a.include_archived, at: a.at };
 }

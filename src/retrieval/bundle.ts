@@ -3,10 +3,11 @@ import { badRequest, forbidden } from '../errors/index.js';
 import { bundleSeconds } from '../metrics.js';
 import { hasActionWithin } from '../policy/access.js';
 import type { Principal } from '../policy/principal.js';
-import { folderPath, sectionsOfPages, visible, type Candidate, type Scope } from './candidates.js';
+import type { Candidate, Scope } from './candidates.js';
 import { queryTerms } from './keyword.js';
+import { listSource } from './lists.js';
 import { assertUsableScope } from './scope.js';
-import { keywordList, rankHybrid, vectorList } from './search.js';
+import { rankHybrid } from './search.js';
 import { tokenCount, truncateToTokens } from './tokens.js';
 
 export const BUNDLE_MIN_TOKENS = 200;
@@ -31,6 +32,8 @@ export interface BundleOptions {
   scope?: string | undefined;
   includeLinks: boolean;
   includeArchived: boolean;
+  /** Answer from the workspace as it was at this commit (a sha or unique prefix). */
+  at?: string | undefined;
 }
 
 export interface BundleSection {
@@ -53,6 +56,12 @@ export interface Bundle {
   budget_tokens: number;
   used_tokens: number;
   tokenizer: string;
+  /**
+   * The commit answered from, in full: the one asked for (`at`), or the newest when the bundle
+   * was built (null before the workspace's first commit). Passed back as `at`, it replays the
+   * bundle from the same text.
+   */
+  at: string | null;
   sections: BundleSection[];
   markdown: string;
 }
@@ -169,17 +178,21 @@ async function assembleBundle(ctx: RetrievalContext, p: Principal, opts: BundleO
   if (!hasActionWithin(p, 'read', '*')) throw forbidden('No read grant');
   const parsed = parseScope(opts.scope);
   // A scope naming nothing the caller can read is an error naming what it can (issue 13).
-  await assertUsableScope(ctx, p, 'read', parsed.space, parsed.folder);
+  // At a commit the scope is a path of then (as search rules).
+  if (opts.at === undefined) await assertUsableScope(ctx, p, 'read', parsed.space, parsed.folder);
   const scope: Scope = { action: 'read', ...parsed, includeArchived: opts.includeArchived };
+  const source = await listSource(ctx, p, scope, opts.at, true);
   const terms = queryTerms(intent);
 
   const depth = rankDepth(opts.budgetTokens);
-  // Both lists at once (as search does): the keyword one waits on the database, the vector one on this process.
-  const [kw, vecList] = await Promise.all([keywordList(ctx, p, scope, terms, depth), vectorList(ctx, p, scope, intent, depth)]);
-  const vec = vecList ?? [];
-  const ranked = await rankHybrid(ctx, p, kw, vec, (c) => `${c.page_id}\u0000${c.ord}`, terms);
+  // Both lists at once (as search does): the vector one works in this process while the keyword one waits on the database.
+  const [vecList, kw] = await Promise.all([source.vector(intent, depth), source.keyword(terms, depth)]);
+  const vec = typeof vecList === 'string' ? [] : vecList;
+  const ranked = await rankHybrid(ctx, p, kw, vec, (c) => `${c.page_id}\u0000${c.ord}`, terms, source.now);
 
-  const header = `# Context: ${intent.replace(/\s+/g, ' ').slice(0, 200)}\n`;
+  const at = source.commit?.sha ?? null;
+  // The commit answered from is part of the header, so an agent holding only the markdown can cite and replay it.
+  const header = `# Context: ${intent.replace(/\s+/g, ' ').slice(0, 200)}\n${at === null ? '' : `as of commit ${at.slice(0, SHORT_SHA_LENGTH)}\n`}`;
   const budget = opts.budgetTokens;
   // The status line is counted with the widest figures it can show.
   let used = tokenCount(`${header}${budget} of ${budget} tokens used; 999 sections from 999 pages\n`);
@@ -229,12 +242,7 @@ async function assembleBundle(ctx: RetrievalContext, p: Principal, opts: BundleO
     tryAdd(f.item, f.score, 'rank');
   }
   if (opts.includeLinks && budget - used >= MIN_TRUNCATED) {
-    for (const l of await linkedSections(
-      ctx,
-      p,
-      scope,
-      picked.map((x) => x.s),
-    )) {
+    for (const l of await source.linked(picked.map((x) => x.s))) {
       if (budget - used < MIN_TRUNCATED) break;
       tryAdd(l.c, l.score, 'link');
     }
@@ -247,54 +255,5 @@ async function assembleBundle(ctx: RetrievalContext, p: Principal, opts: BundleO
     ({ markdown, total } = settleRender(header, budget, picked, total));
   }
   const sections = picked.map((x) => x.s);
-  return { intent, budget_tokens: budget, used_tokens: total, tokenizer: 'o200k_base', sections, markdown };
-}
-
-function inScope(scope: Scope, r: { space: string; cluster_path: string }): boolean {
-  if (scope.space && r.space !== scope.space) return false;
-  if (!scope.folder) return true;
-  const c = folderPath(scope.space, scope.folder);
-  return r.cluster_path === c || r.cluster_path.startsWith(`${c}/`);
-}
-
-/** The first visible section of each page the picked pages link to (links inside hidden blocks are not followed). */
-async function linkedSections(ctx: RetrievalContext, p: Principal, scope: Scope, picked: BundleSection[]): Promise<{ c: Candidate; score: number }[]> {
-  const sources = [...new Map(picked.filter((s) => s.via === 'rank').map((s) => [s.id, s.score])).entries()];
-  if (sources.length === 0) return [];
-  const db = ctx.store.db;
-  const links = await db
-    .selectFrom('page_links')
-    .innerJoin('pages as src', 'src.id', 'page_links.source_id')
-    .select(['page_links.source_id', 'page_links.target_id', 'page_links.block_level', 'src.path as source_path'])
-    .where('page_links.workspace_id', '=', p.workspaceId)
-    .where(
-      'page_links.source_id',
-      'in',
-      sources.map(([id]) => id),
-    )
-    .where('page_links.target_id', 'is not', null)
-    .orderBy('page_links.source_id')
-    .orderBy('page_links.ord')
-    .execute();
-  const inBundle = new Set(picked.map((s) => s.id));
-  const scoreOf = new Map(sources);
-  const targets: { id: string; score: number }[] = [];
-  for (const l of links) {
-    // A link inside a block the caller cannot see does not exist for it.
-    if (l.block_level !== null && !visible(p, 'read', { path: l.source_path, sensitivity: 'public', block_level: l.block_level })) continue;
-    const id = l.target_id!;
-    if (inBundle.has(id) || targets.some((t) => t.id === id)) continue;
-    targets.push({ id, score: (scoreOf.get(l.source_id) ?? 0) / 2 });
-  }
-  if (targets.length === 0) return [];
-  const rows = await sectionsOfPages(
-    ctx,
-    targets.map((t) => t.id),
-  );
-  const out: { c: Candidate; score: number }[] = [];
-  for (const t of targets.sort((a, b) => b.score - a.score)) {
-    const first = rows.find((r) => r.page_id === t.id && visible(p, 'read', r) && (scope.includeArchived || r.state === 'active') && inScope(scope, r));
-    if (first) out.push({ c: { ...first, score: t.score }, score: t.score });
-  }
-  return out;
+  return { intent, budget_tokens: budget, used_tokens: total, tokenizer: 'o200k_base', at, sections, markdown };
 }

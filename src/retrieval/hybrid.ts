@@ -78,10 +78,15 @@ export function freshness(updatedAt: string, halfLifeDays: number | null, now = 
 }
 
 /** Applies the title and freshness boosts, then sorts best first. */
-export function boostAndSort<T extends Candidate>(fused: Fused<T>[], terms: string[], halfLife: (folderPath: string) => number | null): Fused<T>[] {
+export function boostAndSort<T extends Candidate>(
+  fused: Fused<T>[],
+  terms: string[],
+  halfLife: (folderPath: string) => number | null,
+  now = Date.now(),
+): Fused<T>[] {
   for (const f of fused) {
     if (titleHit(f.item.title, terms)) f.score *= TITLE_BOOST;
-    f.score *= freshness(f.item.updated_at, halfLife(f.item.cluster_path));
+    f.score *= freshness(f.item.updated_at, halfLife(f.item.cluster_path), now);
   }
   return fused.sort((a, b) => b.score - a.score || (a.keywordRank ?? 1e9) - (b.keywordRank ?? 1e9));
 }

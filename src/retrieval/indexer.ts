@@ -300,7 +300,7 @@ export async function indexPagesOfAnyWorkspace(db: Exec, rows: readonly PagesTab
  * above public, else the level of the blocks it sits in. A link inside a `::: secret` block
  * must not make its source a backlink for readers who cannot see the block.
  */
-function linkLevels<L extends { target: string }>(body: string, links: L[]): (L & { blockLevel: Level | null })[] {
+export function linkLevels<L extends { target: string }>(body: string, links: L[]): (L & { blockLevel: Level | null })[] {
   if (links.length === 0 || maxBlockLevel(body) === null) return links.map((l) => ({ ...l, blockLevel: null }));
   const levelOf = new Map<string, Level | null>();
   for (const level of LEVELS) {

@@ -23,6 +23,11 @@ export function indexText(t: string): string {
   return t.normalize('NFKC').replace(NOT_WORD, ' ');
 }
 
+/** The words of a text as the keyword index reads them (indexText), lower-cased: what SQLite's tokenizer then folds and stems. */
+export function indexWords(t: string): string[] {
+  return indexText(t).toLowerCase().match(WORD) ?? [];
+}
+
 /**
  * The terms of a query: runs of letters and digits (any script, NFKC-folded), lower-cased,
  * deduplicated. Quotes, operators (AND, OR, NOT, NEAR, `*`, `^`, `-`, `:`) and punctuation are

@@ -26,3 +26,10 @@ export const QueryText = z.string().max(MAX_QUERY_CHARS);
 export function searchLimit<N extends z.ZodNumber | z.ZodCoercedNumber>(base: N) {
   return base.int().min(1).max(SEARCH_MAX_LIMIT).default(SEARCH_DEFAULT_LIMIT);
 }
+
+/**
+ * `at`: answer from the workspace as it was at this commit (a sha, or a unique prefix of at least
+ * 7 hexadecimal digits; anything else is 400 `invalid_sha`, an unknown commit 404
+ * `commit_not_found`). The bundle's `at` field gives the commit a bundle answered from.
+ */
+export const AtCommit = z.string().min(7).max(64);

@@ -5,7 +5,7 @@ import type { Principal } from '../../src/policy/principal.js';
 import { keywordCandidates, reachSql, widestCeiling, type Candidate, type Scope } from '../../src/retrieval/candidates.js';
 import type { Level } from '../../src/policy/sensitivity.js';
 import { COMMON_DOCS, keywordPlan, PG_SCORE_BUDGET, SCORE_BUDGET, termDocCounts, type KeywordPlan } from '../../src/retrieval/keyword-plan.js';
-import { keywordList } from '../../src/retrieval/search.js';
+import { keywordList } from '../../src/retrieval/lists.js';
 import { inverseFrequency } from '../../src/retrieval/keyword.js';
 import { testEngines } from '../support/engines.js';
 import { Client, createAgentWithKey, signupHuman, startTestServer, type TestServer } from '../support/server.js';

@@ -6,27 +6,12 @@ import type { Principal } from '../../policy/principal.js';
 import { findReadablePage, isPageId, readableOrNotFound } from '../../retrieval/lookup.js';
 import { suggestPagePath } from '../../retrieval/suggest.js';
 import { ObjectStore } from '../../store/git/object-store.js';
+import { resolveCommit } from '../../store/commits.js';
 import type { Executor } from '../../store/db.js';
 import type { PagesTable, PageVersionsTable } from '../../store/schema.js';
 import type { CoreContext } from '../context.js';
-import { badRequest, forbidden, isServiceError, notFound } from '../errors.js';
+import { forbidden, isServiceError, notFound } from '../errors.js';
 import { presentPage, redactedValidator, type PageRecord, type PageRow } from './record.js';
-
-/** Resolves a commit sha (full, or a unique prefix of at least 7) in the workspace to its seq. */
-async function resolveCommit(db: Executor, workspaceId: string, sha: string): Promise<{ sha: string; seq: number }> {
-  const s = sha.toLowerCase();
-  if (!/^[0-9a-f]{7,40}$/.test(s)) throw badRequest('A commit sha is 7 to 40 hexadecimal characters', 'invalid_sha');
-  const rows = await db
-    .selectFrom('commits')
-    .select(['sha', 'seq'])
-    .where('workspace_id', '=', workspaceId)
-    .where(s.length === 40 ? (eb) => eb('sha', '=', s) : (eb) => eb('sha', 'like', `${s}%`))
-    .limit(2)
-    .execute();
-  if (rows.length === 0) throw notFound(`Commit ${sha} not found`, 'commit_not_found');
-  if (rows.length > 1) throw badRequest(`Commit prefix ${sha} is ambiguous`, 'invalid_sha');
-  return rows[0]!;
-}
 
 /** The version of a page in force at a commit, or null if the page did not exist then. */
 async function versionAt(db: Executor, workspaceId: string, pageId: string, seq: number): Promise<PageVersionsTable | null> {

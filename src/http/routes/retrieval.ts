@@ -5,7 +5,7 @@ import { pageBacklinks, relatedPages } from '../../retrieval/related.js';
 import { readBundle } from '../../core/bundle-read.js';
 import { budgetTokens, bundleOptions, IntentText, type BundleParams } from '../../retrieval/bundle-input.js';
 import { SEARCH_MODES, searchPages } from '../../retrieval/search.js';
-import { QueryText, SCOPE_MAX_CHARS, SEARCH_MAX_TAGS, searchLimit } from '../../retrieval/search-input.js';
+import { AtCommit, QueryText, SCOPE_MAX_CHARS, SEARCH_MAX_TAGS, searchLimit } from '../../retrieval/search-input.js';
 import { caller } from '../shared/caller.js';
 import { PageRefParams, QueryBool } from '../schemas.js';
 import { errors, route, type RestApp } from '../shared/schemas.js';
@@ -28,6 +28,7 @@ const Tags = z.union([FilterText(2000), z.array(FilterText(2000)).max(SEARCH_MAX
 const BundleParams = {
   intent: IntentText.describe('What the context is for; ranks the sections'),
   scope: FilterText(SCOPE_MAX_CHARS).optional().describe('A Space, or space/folder'),
+  at: AtCommit.optional().describe('Answer from the workspace as it was at this commit (sha or unique prefix)'),
 };
 const BundleBody = z
   .object({
@@ -49,6 +50,7 @@ const BundleResponse = z.object({
   budget_tokens: z.number(),
   used_tokens: z.number().describe('Tokens of `markdown`, never above budget_tokens'),
   tokenizer: z.string(),
+  at: z.string().nullable().describe('The commit answered from, in full (pass it as `at` to replay); null before the first commit'),
   sections: z.array(
     z.object({
       id: z.string(),
@@ -68,7 +70,7 @@ const BundleResponse = z.object({
 });
 
 /** POST and GET /bundle answer alike. */
-const BundleAnswers = { 200: BundleResponse, ...errors(400, 401, 403, 429) };
+const BundleAnswers = { 200: BundleResponse, ...errors(400, 401, 403, 404, 429) };
 
 /** `Accept: text/markdown` (preferred over JSON) asks for the bundle's markdown alone. */
 function wantsMarkdown(accept: string | undefined): boolean {
@@ -128,12 +130,14 @@ export async function retrievalRoutes(r: RestApp, ctx: CoreContext): Promise<voi
           .describe('hybrid (default): keyword and vector rankings fused; fts: keyword only; vector: embeddings only'),
         limit: searchLimit(z.coerce.number()),
         include_archived: QueryBool.default(false),
+        at: AtCommit.optional().describe('Answer from the workspace as it was at this commit (sha or unique prefix)'),
       }),
       response: {
         200: z.object({
           mode: z.enum(SEARCH_MODES),
           mode_used: z.enum(SEARCH_MODES).describe('The ranking used: vector modes fall back to fts while embeddings are unavailable (note says why)'),
           note: z.string().optional(),
+          at: z.string().optional().describe('The commit answered from, in full, when `at` was given'),
           results: z.array(
             z.object({
               id: z.string(),
@@ -149,7 +153,7 @@ export async function retrievalRoutes(r: RestApp, ctx: CoreContext): Promise<voi
             }),
           ),
         }),
-        ...errors(400, 401, 403),
+        ...errors(400, 401, 403, 404),
       },
     }),
     async (req) => {
@@ -162,6 +166,7 @@ export async function retrievalRoutes(r: RestApp, ctx: CoreContext): Promise<voi
         mode: q.mode,
         limit: q.limit,
         includeArchived: q.include_archived,
+        at: q.at,
       });
     },
   );

@@ -22,7 +22,7 @@ import { readBundle } from '../../core/bundle-read.js';
 import { budgetTokens, bundleOptions, IntentText } from '../../retrieval/bundle-input.js';
 import { relatedPages } from '../../retrieval/related.js';
 import { searchPages } from '../../retrieval/search.js';
-import { QueryText, SEARCH_DEFAULT_LIMIT, SEARCH_MAX_TAGS, searchLimit, TAG_MAX_CHARS } from '../../retrieval/search-input.js';
+import { AtCommit, QueryText, SEARCH_DEFAULT_LIMIT, SEARCH_MAX_TAGS, searchLimit, TAG_MAX_CHARS } from '../../retrieval/search-input.js';
 import { whoamiToolView } from '../../presenters/identity.js';
 import { inboxToolView } from '../../presenters/inbox.js';
 import { fetchToolView, readToolView, stateToolView, writeToolView } from '../../presenters/pages.js';
@@ -71,6 +71,7 @@ export const SPEC_TOOLS: ToolDef[] = [
       scope: Scope.optional(),
       include_links: z.boolean().default(false),
       include_archived: z.boolean().default(false),
+      at: AtCommit.optional().describe('Answer from the workspace as it was at this commit (the bundle states the commit it used)'),
     }),
     grants: ['read'],
     readOnly: true,
@@ -90,13 +91,22 @@ export const SPEC_TOOLS: ToolDef[] = [
       tags: z.array(z.string().min(1).max(TAG_MAX_CHARS)).max(SEARCH_MAX_TAGS).optional().describe('All must match'),
       limit: searchLimit(z.number()),
       include_archived: z.boolean().default(false),
+      at: AtCommit.optional().describe('Search the workspace as it was at this commit'),
     }),
     grants: ['search'],
     readOnly: true,
     output: out({ results: J.arr }),
     run: async (a, { ctx, p }) =>
       searchToolView(
-        await searchPages(ctx, p, { q: a.query, ...splitScope(a.scope), tags: a.tags, mode: 'hybrid', limit: a.limit, includeArchived: a.include_archived }),
+        await searchPages(ctx, p, {
+          q: a.query,
+          ...splitScope(a.scope),
+          tags: a.tags,
+          mode: 'hybrid',
+          limit: a.limit,
+          includeArchived: a.include_archived,
+          at: a.at,
+        }),
       ),
   }),
   tool({

@@ -205,6 +205,12 @@ export class VectorMatrix {
     }
   }
 
+  /** Every row of one page scored exactly against the query (none when the page has no rows). */
+  pageScores(pageId: string, query: Float32Array): RowHit[] {
+    this.checkQuery(query);
+    return (this.rowsOf.get(pageId) ?? []).map((r) => this.rowHit(r, this.dot(r, query)));
+  }
+
   private rowHit(r: number, score: number): RowHit {
     return { pageId: this.rowPage[r]!, ord: this.rowOrd[r]!, last: this.rowLast[r]!, tag: this.rowTag[r]!, score };
   }

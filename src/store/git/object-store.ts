@@ -59,6 +59,8 @@ interface ObjectRow {
 
 /** Deferred objects written per statement (6 parameters a row, PostgreSQL allows 65,535). */
 const FLUSH_ROWS = 1_000;
+/** Blobs read per query by getBlobs (engines bound a statement's parameters). */
+const BLOB_BATCH = 500;
 
 export class ObjectStore {
   /**
@@ -321,6 +323,28 @@ export class ObjectStore {
   async getBlob(sha: string): Promise<Buffer | null> {
     const obj = await this.getObject(sha);
     return obj && obj.type === 'blob' ? obj.body : null;
+  }
+
+  /**
+   * Many blobs at once (a point-in-time search reads every page of a commit): one query per
+   * BLOB_BATCH, each body verified against its sha. Shas that are not stored blobs are absent.
+   */
+  async getBlobs(shas: readonly string[]): Promise<Map<string, Buffer>> {
+    const out = new Map<string, Buffer>();
+    const wanted = [...new Set(shas)];
+    for (let i = 0; i < wanted.length; i += BLOB_BATCH) {
+      const rows = await this.objects()
+        .select(['sha', 'data'])
+        .where('type', '=', 'blob')
+        .where('sha', 'in', wanted.slice(i, i + BLOB_BATCH))
+        .execute();
+      for (const r of rows) {
+        const body = inflateSync(r.data);
+        if (hashObject('blob', body) !== r.sha) throw corrupt(this.workspaceId, r.sha, 'hash mismatch');
+        out.set(r.sha, body);
+      }
+    }
+    return out;
   }
 
   async getCommit(sha: string): Promise<CommitData | null> {

@@ -1,0 +1,272 @@
+import { stemmer } from 'stemmer';
+import type { Principal } from '../policy/principal.js';
+import { visible, type Candidate, type Scope } from './candidates.js';
+import type { RetrievalContext } from './context.js';
+import { hashTag, textHash, windowEmbedText, windows } from './embed-text.js';
+import { EmbeddingUnavailableError } from './embeddings/provider.js';
+import { VECTOR_FLOOR } from './hybrid.js';
+import { indexWords } from './keyword.js';
+import { linkKey, pageKeys, pickTarget } from './links.js';
+import type { ParsedBlob, Snapshot, SnapshotPage } from './snapshot.js';
+
+/**
+ * Ranking over a snapshot (snapshot.ts), in this process: the same lists the live index gives
+ * (keyword sections, vector sections, linked sections), so search and the bundle fuse, boost
+ * and pack them as they do today's. The keyword list is FTS5's bm25 over the sections the
+ * caller sees at the commit (title 10, heading 4, text 1, as candidates.ts weighs them; Porter
+ * stems of diacritic-folded words, as SQLite's tokenizer reads them), every word required, or
+ * when no section holds them all, any word: a deterministic answer for a commit, whichever
+ * engine serves it.
+ */
+
+const K1 = 1.2;
+const B = 0.75;
+const WEIGHT = { title: 10, heading: 4, text: 1 };
+
+/** A word's stem, memoised (words repeat: most lookups hit). */
+const stems = new Map<string, string>();
+const STEMS_MAX = 200_000;
+function stemOf(word: string): string {
+  let s = stems.get(word);
+  if (s === undefined) {
+    s = stemmer(word.normalize('NFKD').replace(/\p{M}/gu, ''));
+    if (stems.size >= STEMS_MAX) stems.clear();
+    stems.set(word, s);
+  }
+  return s;
+}
+
+function stemsOf(text: string): string[] {
+  return indexWords(text)
+    .map(stemOf)
+    .filter((s) => s !== '');
+}
+
+function chunkStems(parsed: ParsedBlob): NonNullable<ParsedBlob['stems']> {
+  parsed.stems ??= parsed.chunks.map((c) => ({ heading: stemsOf(c.heading), text: stemsOf(c.text) }));
+  return parsed.stems;
+}
+
+/** One section of a snapshot page as a candidate (the page's fields as the commit left them). */
+function candidate(page: SnapshotPage, i: number, score: number): Candidate {
+  const c = page.parsed.chunks[i]!;
+  return {
+    page_id: page.id,
+    ord: c.ord,
+    heading: c.heading,
+    text: c.text,
+    block_level: c.blockLevel,
+    score,
+    path: page.path,
+    title: page.title,
+    space: page.space,
+    cluster_path: page.cluster_path,
+    tags: JSON.stringify(page.tags),
+    state: page.state,
+    sensitivity: page.sensitivity,
+    commit_sha: page.commit_sha,
+    updated_at: page.updated_at,
+  };
+}
+
+/** Every section the caller may see, as (page, chunk index). */
+function seenSections(snap: Snapshot, p: Principal, scope: Scope): { page: SnapshotPage; i: number }[] {
+  const out: { page: SnapshotPage; i: number }[] = [];
+  for (const page of snap.pages) {
+    page.parsed.chunks.forEach((c, i) => {
+      if (visible(p, scope.action, { path: page.path, sensitivity: page.sensitivity, block_level: c.blockLevel })) out.push({ page, i });
+    });
+  }
+  return out;
+}
+
+/** Newest first, then by page and position: a stable order for ties. */
+function byRecency(a: Candidate, b: Candidate): number {
+  return a.updated_at < b.updated_at ? 1 : a.updated_at > b.updated_at ? -1 : a.page_id < b.page_id ? -1 : a.page_id > b.page_id ? 1 : a.ord - b.ord;
+}
+
+/** The keyword sections for the terms at the commit, best first (see keywordList for `weak` and `anyWord`). */
+export function snapshotKeyword(
+  snap: Snapshot,
+  p: Principal,
+  scope: Scope,
+  terms: string[],
+  limit: number,
+): Candidate[] & { weak?: boolean; anyWord?: boolean } {
+  if (terms.length === 0) return [];
+  const words = [...new Set(terms.map(stemOf).filter((s) => s !== ''))];
+  if (words.length === 0) return [];
+  const slot = new Map(words.map((w, i) => [w, i]));
+  const sections = seenSections(snap, p, scope);
+  const freq: Float64Array[] = [];
+  const lens: number[] = [];
+  const docs = new Array<number>(words.length).fill(0);
+  const titles = new Map<SnapshotPage, string[]>();
+  for (const { page, i } of sections) {
+    let title = titles.get(page);
+    if (!title) titles.set(page, (title = stemsOf(page.title)));
+    const { heading, text } = chunkStems(page.parsed)[i]!;
+    const f = new Float64Array(words.length);
+    for (const [list, w] of [
+      [title, WEIGHT.title],
+      [heading, WEIGHT.heading],
+      [text, WEIGHT.text],
+    ] as const) {
+      for (const s of list) {
+        const k = slot.get(s);
+        if (k !== undefined) f[k]! += w;
+      }
+    }
+    f.forEach((x, k) => {
+      if (x > 0) docs[k]!++;
+    });
+    freq.push(f);
+    lens.push(title.length + heading.length + text.length);
+  }
+  const n = sections.length;
+  const avg = n === 0 ? 1 : Math.max(1, lens.reduce((a, b) => a + b, 0) / n);
+  const idf = docs.map((d) => Math.max(1e-6, Math.log((n - d + 0.5) / (d + 0.5))));
+  const rank = (all: boolean): Candidate[] => {
+    const out: Candidate[] = [];
+    sections.forEach(({ page, i }, j) => {
+      const f = freq[j]!;
+      if (all ? f.some((x) => x === 0) : f.every((x) => x === 0)) return;
+      let score = 0;
+      f.forEach((x, k) => {
+        if (x > 0) score += (idf[k]! * (x * (K1 + 1))) / (x + K1 * (1 - B + (B * lens[j]!) / avg));
+      });
+      out.push(candidate(page, i, score));
+    });
+    return out.sort((a, b) => b.score - a.score || byRecency(a, b)).slice(0, limit);
+  };
+  const all = rank(true);
+  if (all.length > 0 || terms.length <= 1) return all;
+  return Object.assign(rank(false), { weak: docs.some((d) => d === 0), anyWord: true });
+}
+
+/** Windows embedded at most per answer when the commit's text has no stored vector (changed since). */
+export const AT_MAX_EMBED = 2_000;
+/** Vectors of past text, by provider key and text hash: a replayed commit is not embedded twice. */
+const pastVectors = new Map<string, Float32Array>();
+const PAST_VECTORS_MAX = 20_000;
+
+function dot(a: Float32Array, b: Float32Array): number {
+  let s = 0;
+  for (let i = 0; i < a.length; i++) s += a[i]! * b[i]!;
+  return s;
+}
+
+/**
+ * The vector sections for a query at the commit, best first, at or above VECTOR_FLOOR. Each
+ * window of a page's sections (as the embedding worker cuts them) is scored with the vector
+ * stored for today's text when its text is the same (the matrix row's hash tag), else embedded
+ * now, up to AT_MAX_EMBED windows. A string says why there is no list: the provider is out of
+ * reach, or more text changed since the commit than one answer embeds.
+ */
+export async function snapshotVector(
+  ctx: RetrievalContext,
+  snap: Snapshot,
+  p: Principal,
+  scope: Scope,
+  q: string,
+  limit: number,
+): Promise<Candidate[] | string> {
+  const rt = ctx.retrieval;
+  let qv: Float32Array;
+  try {
+    qv = await rt.embedQuery(q);
+  } catch (e) {
+    if (e instanceof EmbeddingUnavailableError) return `embeddings are unavailable (${rt.provider.provider})`;
+    throw e;
+  }
+  const m = await rt.matrix(p.workspaceId);
+  const stored = m && m.dims === qv.length ? m : null;
+  const scored: { page: SnapshotPage; idx: number[]; score: number }[] = [];
+  const missing: { page: SnapshotPage; idx: number[]; text: string; key: string }[] = [];
+  for (const page of snap.pages) {
+    const secs = page.parsed.chunks.map((c, i) => ({ ord: c.ord, heading: c.heading, text: c.text, block_level: c.blockLevel, i }));
+    const rows = stored?.pageScores(page.id, qv) ?? [];
+    for (const w of windows(secs)) {
+      // A window with a section the caller cannot see is no answer (as vectorCandidates rules).
+      if (!w.sections.every((s) => visible(p, scope.action, { path: page.path, sensitivity: page.sensitivity, block_level: s.block_level }))) continue;
+      const text = windowEmbedText(page.title, w.sections);
+      const hash = textHash(text);
+      const idx = w.sections.map((s) => s.i);
+      const row = rows.find((r) => r.ord === w.first && r.last === w.last && r.tag === hashTag(hash));
+      const key = `${rt.key}\u0000${hash}`;
+      const past = pastVectors.get(key);
+      if (row) scored.push({ page, idx, score: row.score });
+      else if (past) scored.push({ page, idx, score: dot(past, qv) });
+      else missing.push({ page, idx, text, key });
+    }
+  }
+  if (missing.length > AT_MAX_EMBED) {
+    return `${missing.length} passages changed since that commit; a point-in-time answer embeds at most ${AT_MAX_EMBED}`;
+  }
+  for (let i = 0; i < missing.length; i += 64) {
+    const batch = missing.slice(i, i + 64);
+    let vecs: Float32Array[];
+    try {
+      vecs = await rt.provider.embed(batch.map((b) => b.text));
+    } catch (e) {
+      if (e instanceof EmbeddingUnavailableError) return `embeddings are unavailable (${rt.provider.provider})`;
+      throw e;
+    }
+    batch.forEach((b, j) => {
+      const v = vecs[j]!;
+      if (pastVectors.size >= PAST_VECTORS_MAX) pastVectors.delete(pastVectors.keys().next().value as string);
+      pastVectors.set(b.key, v);
+      if (v.length === qv.length) scored.push({ page: b.page, idx: b.idx, score: dot(v, qv) });
+    });
+  }
+  const out: Candidate[] = [];
+  const ranked = scored
+    .filter((s) => s.score >= VECTOR_FLOOR)
+    .sort((a, b) => b.score - a.score || byRecency(candidate(a.page, a.idx[0]!, 0), candidate(b.page, b.idx[0]!, 0)));
+  for (const s of ranked) {
+    for (const i of s.idx) out.push(candidate(s.page, i, s.score));
+    if (out.length >= limit) break;
+  }
+  return out.slice(0, limit);
+}
+
+/**
+ * The first visible section of each page the picked pages linked to at the commit (links
+ * inside blocks the caller cannot see are not followed), best source first. Links resolve
+ * against every page's path at the commit and the titles of the pages the caller sees.
+ */
+export function snapshotLinked(
+  snap: Snapshot,
+  p: Principal,
+  scope: Scope,
+  picked: readonly { id: string; score: number; via: 'rank' | 'link' }[],
+): { c: Candidate; score: number }[] {
+  const sources = [...new Map(picked.filter((s) => s.via === 'rank').map((s) => [s.id, s.score])).entries()];
+  if (sources.length === 0) return [];
+  const byId = new Map(snap.pages.map((pg) => [pg.id, pg]));
+  const keys = new Map<string, { id: string; path: string }[]>();
+  const addKey = (k: string, t: { id: string; path: string }) => keys.set(k, [...(keys.get(k) ?? []).filter((x) => x.id !== t.id), t]);
+  for (const t of snap.paths) for (const k of pageKeys(t.path, t.path.split('/').pop()!.replace(/\.md$/i, ''))) addKey(k, t);
+  for (const pg of snap.pages) for (const k of pageKeys(pg.path, pg.title)) addKey(k, { id: pg.id, path: pg.path });
+  const inBundle = new Set(picked.map((s) => s.id));
+  const targets: { id: string; score: number }[] = [];
+  for (const [id, score] of sources) {
+    const src = byId.get(id);
+    if (!src) continue;
+    for (const l of src.parsed.links) {
+      if (l.blockLevel !== null && !visible(p, scope.action, { path: src.path, sensitivity: 'public', block_level: l.blockLevel })) continue;
+      const key = linkKey(l, src.cluster_path);
+      const target = key === null ? null : pickTarget(keys.get(key) ?? [], key, src.path);
+      if (!target || inBundle.has(target.id) || targets.some((t) => t.id === target.id)) continue;
+      targets.push({ id: target.id, score: score / 2 });
+    }
+  }
+  const out: { c: Candidate; score: number }[] = [];
+  for (const t of targets.sort((a, b) => b.score - a.score)) {
+    const page = byId.get(t.id);
+    if (!page) continue;
+    const i = page.parsed.chunks.findIndex((c) => visible(p, scope.action, { path: page.path, sensitivity: page.sensitivity, block_level: c.blockLevel }));
+    if (i >= 0) out.push({ c: candidate(page, i, t.score), score: t.score });
+  }
+  return out;
+}
