@@ -146,7 +146,7 @@ export function snapshotKeyword(
 
 /** Windows embedded at most per answer when the commit's text has no stored vector (changed since). */
 export const AT_MAX_EMBED = 2_000;
-/** Vectors of past text, by provider key and text hash: a replayed commit is not embedded twice. */
+/** Vectors of past text, by workspace, provider key and text hash: a replayed commit is not embedded twice (per workspace: no timing oracle across them). */
 const pastVectors = new Map<string, Float32Array>();
 const PAST_VECTORS_MAX = 20_000;
 
@@ -193,7 +193,7 @@ export async function snapshotVector(
       const hash = textHash(text);
       const idx = w.sections.map((s) => s.i);
       const row = rows.find((r) => r.ord === w.first && r.last === w.last && r.tag === hashTag(hash));
-      const key = `${rt.key}\u0000${hash}`;
+      const key = `${p.workspaceId}\u0000${rt.key}\u0000${hash}`;
       const past = pastVectors.get(key);
       if (row) scored.push({ page, idx, score: row.score });
       else if (past) scored.push({ page, idx, score: dot(past, qv) });

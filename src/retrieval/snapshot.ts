@@ -24,8 +24,12 @@ import { linkLevels } from './indexer.js';
 /** At most this many pages in the caller's reach and scope at a commit are read for one answer. */
 export const AT_MAX_PAGES = 10_000;
 
-/** Parsed page texts kept (by blob sha: a blob never changes), up to this many characters in all. */
-const PARSED_CACHE_CHARS = 32_000_000;
+/**
+ * Parsed page texts kept (by workspace and blob sha: a blob never changes), up to this many
+ * characters of markdown in all; an entry holds about five bytes a character (the body, its
+ * chunks and their word stems), so about 40 MB.
+ */
+const PARSED_CACHE_CHARS = 8_000_000;
 
 export interface SnapshotLink {
   target: string;
@@ -47,11 +51,15 @@ export interface ParsedBlob {
 const parsedCache = new Map<string, ParsedBlob>();
 let parsedChars = 0;
 
-function parseBlob(sha: string, raw: string): ParsedBlob {
-  const hit = parsedCache.get(sha);
+/**
+ * The parsed text of a blob of a workspace. Keyed by workspace too: a cache shared across
+ * workspaces would answer faster for a text another workspace holds (a timing oracle).
+ */
+function parseBlob(key: string, raw: string): ParsedBlob {
+  const hit = parsedCache.get(key);
   if (hit) {
-    parsedCache.delete(sha);
-    parsedCache.set(sha, hit);
+    parsedCache.delete(key);
+    parsedCache.set(key, hit);
     return hit;
   }
   const { frontmatter, body } = parseDocument(raw);
@@ -62,7 +70,7 @@ function parseBlob(sha: string, raw: string): ParsedBlob {
     links: linkLevels(body, extractLinks(body)).map((l) => ({ target: l.target, kind: l.kind, blockLevel: l.blockLevel })),
     chars: raw.length,
   };
-  parsedCache.set(sha, parsed);
+  parsedCache.set(key, parsed);
   parsedChars += parsed.chars;
   for (const [k, v] of parsedCache) {
     if (parsedChars <= PARSED_CACHE_CHARS) break;
@@ -154,13 +162,14 @@ export async function loadSnapshot(ctx: RetrievalContext, p: Principal, scope: S
       'snapshot_too_large',
     );
   }
-  const missing = seen.filter((r) => r.content === null && !parsedCache.has(r.blob_sha)).map((r) => r.blob_sha);
+  const key = (sha: string) => `${ws}\u0000${sha}`;
+  const missing = seen.filter((r) => r.content === null && !parsedCache.has(key(r.blob_sha))).map((r) => r.blob_sha);
   const blobs = missing.length > 0 ? await new ObjectStore(db, ws).getBlobs(missing) : new Map<string, Buffer>();
   const pages: SnapshotPage[] = [];
   const tags = [...new Set(scope.tags ?? [])];
   for (const r of seen) {
     const raw = r.content ?? blobs.get(r.blob_sha)?.toString('utf8');
-    const parsed = raw === undefined ? parsedCache.get(r.blob_sha) : parseBlob(r.blob_sha, raw);
+    const parsed = raw === undefined ? parsedCache.get(key(r.blob_sha)) : parseBlob(key(r.blob_sha), raw);
     // A blob missing from the store leaves its page out rather than failing the whole answer.
     if (!parsed) continue;
     const file = r.path.split('/').pop()!;
