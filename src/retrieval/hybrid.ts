@@ -14,12 +14,14 @@ export const GATE_LOW = 0.1;
 export const GATE_HIGH = 0.3;
 export const VECTOR_MAX_WEIGHT = 0.75;
 /**
- * The cap instead when no section held every query word and keyword search ranked sections with
- * any of them (long natural-language questions, mostly): both lists are then loose, and on
- * bench/eval the vector list's best weight for those was lower (paraphrase MRR@10 0.572 at 0.75,
- * 0.597 at 0.5 and at 0.35, 0.599 at 0.25: flat below 0.5; typo and keyword queries unchanged).
+ * The cap instead when keyword search ranked sections holding any of several words (every query
+ * of more than one word since issue 20; before it, those no section held whole). Both lists are
+ * loose then. Before issue 20 the best cap for such queries on bench/eval was 0.5 (paraphrase
+ * MRR@10 0.572 at 0.75, 0.597 at 0.5); with every query of several words ranked so (and
+ * byCoverage), 0.35: hybrid 0.696 on the man-page set and 0.823 on the Debian set; 0.4 gave
+ * 0.688 and 0.826 (docs/decisions.md).
  */
-export const ANY_WORD_MAX_WEIGHT = 0.5;
+export const ANY_WORD_MAX_WEIGHT = 0.35;
 /** The vector list's weight when keyword search found nothing, or likely missed (see keywordList's `weak`). */
 export const PARTIAL_WEIGHT = 1;
 export const TITLE_BOOST = 1.2;

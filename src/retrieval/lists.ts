@@ -14,7 +14,8 @@ import {
 import type { RetrievalContext } from './context.js';
 import { EmbeddingUnavailableError } from './embeddings/provider.js';
 import { VECTOR_FLOOR } from './hybrid.js';
-import { keywordPlan, PG_SCORE_BUDGET, SCORE_BUDGET, termDocCounts } from './keyword-plan.js';
+import { ANY_WORD_BUDGET, COMMON_DOCS, keywordPlan, PG_ANY_WORD_BUDGET, PG_SCORE_BUDGET, SCORE_BUDGET, termDocCounts } from './keyword-plan.js';
+import { byCoverage } from './keyword.js';
 import { loadSnapshot } from './snapshot.js';
 import { snapshotKeyword, snapshotLinked, snapshotVector } from './snapshot-rank.js';
 
@@ -72,33 +73,44 @@ export async function listSource(ctx: RetrievalContext, p: Principal, scope: Sco
 export const CANDIDATES = 100;
 
 /**
- * Keyword sections: every term in one section is the precise answer; when nothing has them all,
- * any term. `weak` marks a keyword list that likely missed: it needed the any-word fallback and
- * some word is in no section at all (a misspelling, as far as the index can tell). Each query
- * is planned within the scoring budget (keywordPlan); a bounded plan that leaves almost nothing in scope is run again unbounded.
+ * Keyword sections. One word: the sections holding it. Several: the sections holding any of
+ * them, scored by bm25 times the share of the words each holds (byCoverage), so a section
+ * answering every word comes first without hiding the page that answers in other words
+ * (issue 20); when every word is common (nothing to score by), the newest sections holding them
+ * all, else any. `weak` marks a keyword list that likely missed: some word is in no section at
+ * all (a misspelling, as far as the index can tell). `anyWord`: ranked by any word. Each query
+ * is planned within the scoring budget (keywordPlan); a bounded plan that leaves almost nothing
+ * in scope is run again unbounded.
  */
 export async function keywordList(ctx: RetrievalContext, p: Principal, scope: Scope, terms: string[], limit = CANDIDATES): Promise<KeywordList> {
   if (terms.length === 0) return [];
   const counted = { workspaceId: p.workspaceId, ceiling: widestCeiling(p, scope.action) ?? 'public', visibility: reachSql(p, scope.action) ?? undefined };
   // One count per word serves every plan and the "weak" test below.
   const docs = await termDocCounts(ctx.store, terms, counted);
+  const pg = ctx.store.dialect === 'postgres';
   const run = async (op: 'AND' | 'OR', words: string[]) => {
-    const plan = keywordPlan(words, op, docs, ctx.store.dialect === 'postgres' ? PG_SCORE_BUDGET : SCORE_BUDGET);
+    const plan = pg
+      ? keywordPlan(words, op, docs, PG_SCORE_BUDGET, PG_ANY_WORD_BUDGET)
+      : keywordPlan(words, op, docs, op === 'OR' ? ANY_WORD_BUDGET : SCORE_BUDGET);
     const list = await keywordCandidates(ctx, p, scope, plan, limit, docs);
     if ((plan.scored && plan.newest === null) || list.length >= Math.min(limit, BOUNDED_MIN)) return list;
     return keywordCandidates(ctx, p, scope, { ...plan, scored: true, newest: null }, limit, docs);
   };
-  const all = await run('AND', terms);
-  if (all.length > 0 || terms.length <= 1) return all;
+  if (terms.length <= 1) return run('AND', terms);
   // A word the index does not know here is likely a misspelling.
   const weak = terms.some((t) => docs.get(t) === 0);
-  return Object.assign(await run('OR', terms), { weak, anyWord: true });
+  if (terms.every((t) => (docs.get(t) ?? 0) > COMMON_DOCS)) {
+    const all = await run('AND', terms);
+    if (all.length > 0) return all;
+    return Object.assign(await run('OR', terms), { weak, anyWord: true });
+  }
+  return Object.assign(byCoverage(await run('OR', terms), terms), { weak, anyWord: true });
 }
 
 /** A bounded plan that finds fewer sections than this (a narrow scope) is run again over every match. */
 const BOUNDED_MIN = 20;
 
-/** `anyWord`: no section held every term, so the list ranks sections holding any of them. */
+/** `anyWord`: the list ranks sections holding any of the words (a query of several). */
 export type KeywordList = Candidate[] & { weak?: boolean; anyWord?: boolean };
 
 /** Vector sections at or above VECTOR_FLOOR, or null when the provider cannot embed the query now. */

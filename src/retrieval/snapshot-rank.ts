@@ -1,11 +1,10 @@
-import { stemmer } from 'stemmer';
 import type { Principal } from '../policy/principal.js';
 import { visible, type Candidate, type Scope } from './candidates.js';
 import type { RetrievalContext } from './context.js';
 import { hashTag, textHash, windowEmbedText, windows } from './embed-text.js';
 import { EmbeddingUnavailableError } from './embeddings/provider.js';
 import { VECTOR_FLOOR } from './hybrid.js';
-import { indexWords } from './keyword.js';
+import { COVERAGE_POWER, stemOf, stemsOf } from './keyword.js';
 import { linkKey, pageKeys, pickTarget } from './links.js';
 import type { ParsedBlob, Snapshot, SnapshotPage } from './snapshot.js';
 
@@ -14,33 +13,14 @@ import type { ParsedBlob, Snapshot, SnapshotPage } from './snapshot.js';
  * (keyword sections, vector sections, linked sections), so search and the bundle fuse, boost
  * and pack them as they do today's. The keyword list is FTS5's bm25 over the sections the
  * caller sees at the commit (title 10, heading 4, text 1, as candidates.ts weighs them; Porter
- * stems of diacritic-folded words, as SQLite's tokenizer reads them), every word required, or
- * when no section holds them all, any word: a deterministic answer for a commit, whichever
- * engine serves it.
+ * stems of diacritic-folded words, as SQLite's tokenizer reads them), any word, times the share
+ * of the words a section holds (as keywordList ranks): a deterministic answer for a commit,
+ * whichever engine serves it.
  */
 
 const K1 = 1.2;
 const B = 0.75;
 const WEIGHT = { title: 10, heading: 4, text: 1 };
-
-/** A word's stem, memoised (words repeat: most lookups hit). */
-const stems = new Map<string, string>();
-const STEMS_MAX = 200_000;
-function stemOf(word: string): string {
-  let s = stems.get(word);
-  if (s === undefined) {
-    s = stemmer(word.normalize('NFKD').replace(/\p{M}/gu, ''));
-    if (stems.size >= STEMS_MAX) stems.clear();
-    stems.set(word, s);
-  }
-  return s;
-}
-
-function stemsOf(text: string): string[] {
-  return indexWords(text)
-    .map(stemOf)
-    .filter((s) => s !== '');
-}
 
 function chunkStems(parsed: ParsedBlob): NonNullable<ParsedBlob['stems']> {
   parsed.stems ??= parsed.chunks.map((c) => ({ heading: stemsOf(c.heading), text: stemsOf(c.text) }));
@@ -126,22 +106,24 @@ export function snapshotKeyword(
   const n = sections.length;
   const avg = n === 0 ? 1 : Math.max(1, lens.reduce((a, b) => a + b, 0) / n);
   const idf = docs.map((d) => Math.max(1e-6, Math.log((n - d + 0.5) / (d + 0.5))));
-  const rank = (all: boolean): Candidate[] => {
-    const out: Candidate[] = [];
-    sections.forEach(({ page, i }, j) => {
-      const f = freq[j]!;
-      if (all ? f.some((x) => x === 0) : f.every((x) => x === 0)) return;
-      let score = 0;
-      f.forEach((x, k) => {
-        if (x > 0) score += (idf[k]! * (x * (K1 + 1))) / (x + K1 * (1 - B + (B * lens[j]!) / avg));
-      });
-      out.push(candidate(page, i, score));
+  // Any word, times the share of the words held (byCoverage's rule; the live list's order).
+  const out: Candidate[] = [];
+  sections.forEach(({ page, i }, j) => {
+    const f = freq[j]!;
+    let score = 0;
+    let held = 0;
+    f.forEach((x, k) => {
+      if (x === 0) return;
+      held++;
+      score += (idf[k]! * (x * (K1 + 1))) / (x + K1 * (1 - B + (B * lens[j]!) / avg));
     });
-    return out.sort((a, b) => b.score - a.score || byRecency(a, b)).slice(0, limit);
-  };
-  const all = rank(true);
-  if (all.length > 0 || terms.length <= 1) return all;
-  return Object.assign(rank(false), { weak: docs.some((d) => d === 0), anyWord: true });
+    if (held === 0) return;
+    if (words.length > 1) score *= (held / words.length) ** COVERAGE_POWER;
+    out.push(candidate(page, i, score));
+  });
+  const ranked = out.sort((a, b) => b.score - a.score || byRecency(a, b)).slice(0, limit);
+  if (terms.length <= 1) return ranked;
+  return Object.assign(ranked, { weak: docs.some((d) => d === 0), anyWord: true });
 }
 
 /** Windows embedded at most per answer when the commit's text has no stored vector (changed since). */

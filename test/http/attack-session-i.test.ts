@@ -260,8 +260,9 @@ describe.each(testEngines())('attack i: compound forms found by their parts (%s)
   it('each compound and each of its parts finds the page that wrote it (the same on both engines)', async () => {
     const wrong: string[] = [];
     for (const [q, want] of expectations) {
-      const got = await paths(owner, q);
-      if (JSON.stringify(got) !== JSON.stringify(want)) wrong.push(`fts ${q}: ${JSON.stringify(got)}`);
+      // Several words rank any word (issue 20): the page that wrote them all comes first.
+      const got = (await search(owner, q, { limit: 50 })).results.map((h) => h.path);
+      if (got[0] !== want[0] || (q.match(/[\p{L}\p{N}]+/gu)!.length === 1 && got.length !== 1)) wrong.push(`fts ${q}: ${JSON.stringify(got)}`);
       // Hybrid adds vector neighbours; the page must still be first.
       const hy = await search(owner, q, { mode: 'hybrid' });
       if (hy.results[0]?.path !== want[0]) wrong.push(`hybrid ${q}: ${JSON.stringify(hy.results.map((h) => h.path))}`);

@@ -148,7 +148,9 @@ describe.each(testEngines())('trust: search is no oracle (%s)', (engine) => {
       expect((await a.post('/api/v1/nodes', { path, content: `---\nsensitivity: public\n---\n${content}` })).status).toBe(201);
     const order = async () => (await aViewer.get('/api/v1/search?q=glintarch%20sorrelbay&mode=fts&limit=10')).body.results.map((h: { path: string }) => h.path);
     const before = await order();
-    expect(before).toEqual(['lvorder/heavy-glint.md', 'lvorder/heavy-sorrel.md']);
+    // The two pages holding both words first, then those holding one (any word ranks, issue 20).
+    expect(before.slice(0, 2)).toEqual(['lvorder/heavy-glint.md', 'lvorder/heavy-sorrel.md']);
+    expect(before).toHaveLength(6);
     // Secret pages, and secret blocks in a public page, make glintarch the common word overall.
     for (let i = 0; i < 20; i++) {
       expect(

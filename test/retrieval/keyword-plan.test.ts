@@ -4,9 +4,18 @@ import { SESSION_COOKIE } from '../../src/auth/sessions.js';
 import type { Principal } from '../../src/policy/principal.js';
 import { keywordCandidates, reachSql, widestCeiling, type Candidate, type Scope } from '../../src/retrieval/candidates.js';
 import type { Level } from '../../src/policy/sensitivity.js';
-import { COMMON_DOCS, keywordPlan, PG_SCORE_BUDGET, SCORE_BUDGET, termDocCounts, type KeywordPlan } from '../../src/retrieval/keyword-plan.js';
+import {
+  ANY_WORD_BUDGET,
+  COMMON_DOCS,
+  keywordPlan,
+  PG_ANY_WORD_BUDGET,
+  PG_SCORE_BUDGET,
+  SCORE_BUDGET,
+  termDocCounts,
+  type KeywordPlan,
+} from '../../src/retrieval/keyword-plan.js';
 import { keywordList } from '../../src/retrieval/lists.js';
-import { inverseFrequency } from '../../src/retrieval/keyword.js';
+import { byCoverage, inverseFrequency } from '../../src/retrieval/keyword.js';
 import { testEngines } from '../support/engines.js';
 import { Client, createAgentWithKey, signupHuman, startTestServer, type TestServer } from '../support/server.js';
 
@@ -58,23 +67,25 @@ describe('keywordPlan', () => {
     }
   });
 
-  it('OR keeps the rarest words while their sections total at most SCORE_BUDGET, in the query’s order', () => {
-    expect(SCORE_BUDGET).toBeLessThan(COMMON_DOCS); // the premise of these counts
-    // Rarest first: one (1), then mid (SCORE_BUDGET - 1): total SCORE_BUDGET, kept; then big: over, left out.
-    const docs = counts({ big: SCORE_BUDGET, mid: SCORE_BUDGET - 1, one: 1, common: COMMON_DOCS + 1 });
-    expect(keywordPlan(['big', 'mid', 'common', 'one'], 'OR', docs)).toEqual({ terms: ['mid', 'one'], op: 'OR', scored: true, newest: null });
+  it('OR keeps the rarest words while their sections total at most ANY_WORD_BUDGET, in the query’s order', () => {
+    expect(ANY_WORD_BUDGET).toBeLessThan(COMMON_DOCS); // the premise of these counts
+    // Rarest first: one (1), then mid (ANY_WORD_BUDGET - 1): total ANY_WORD_BUDGET, kept; then big: over, left out.
+    const docs = counts({ big: ANY_WORD_BUDGET, mid: ANY_WORD_BUDGET - 1, one: 1, common: COMMON_DOCS + 1 });
+    expect(keywordPlan(['big', 'mid', 'common', 'one'], 'OR', docs, ANY_WORD_BUDGET)).toEqual({ terms: ['mid', 'one'], op: 'OR', scored: true, newest: null });
     // Every rare word fits: all kept, common ones still left out.
-    expect(keywordPlan(['common', 'one', 'mid'], 'OR', docs)).toEqual({ terms: ['one', 'mid'], op: 'OR', scored: true, newest: null });
+    expect(keywordPlan(['common', 'one', 'mid'], 'OR', docs, ANY_WORD_BUDGET)).toEqual({ terms: ['one', 'mid'], op: 'OR', scored: true, newest: null });
+    // SQLite scores them all (its budget for any word is ANY_WORD_BUDGET); a smaller budget cuts to the newest.
+    expect(keywordPlan(['common', 'one', 'mid'], 'OR', docs).newest).toBe(SCORE_BUDGET);
   });
 
-  it('a budget given (PostgreSQL’s) caps the matches scored; the words an any-word query keeps are the same on both engines', () => {
+  it('a budget given (PostgreSQL’s) caps the matches scored; the words an any-word query keeps are chosen by their own total', () => {
     expect(PG_SCORE_BUDGET).toBeLessThan(SCORE_BUDGET);
     const docs = counts({ often: PG_SCORE_BUDGET + 1, once: 1 });
     expect(keywordPlan(['often'], 'AND', docs, PG_SCORE_BUDGET).newest).toBe(PG_SCORE_BUDGET);
     expect(keywordPlan(['often'], 'AND', docs).newest).toBeNull();
-    // Both words are kept by either engine (their sections total under SCORE_BUDGET) ...
-    expect(keywordPlan(['often', 'once'], 'OR', docs).terms).toEqual(['often', 'once']);
-    expect(keywordPlan(['often', 'once'], 'OR', docs)).toMatchObject({ newest: null });
+    // Both words are kept by either engine (their sections total under ANY_WORD_BUDGET) ...
+    expect(keywordPlan(['often', 'once'], 'OR', docs, ANY_WORD_BUDGET).terms).toEqual(['often', 'once']);
+    expect(keywordPlan(['often', 'once'], 'OR', docs, ANY_WORD_BUDGET)).toMatchObject({ newest: null });
     // ... and PostgreSQL scores every match of the rarer word (it fits its budget) and the
     // newest of the rest up to PG_SCORE_BUDGET.
     expect(keywordPlan(['often', 'once'], 'OR', docs, PG_SCORE_BUDGET)).toEqual({
@@ -86,20 +97,25 @@ describe('keywordPlan', () => {
     });
     // No word fits the budget alone: the newest matches only.
     expect(keywordPlan(['often', 'again'], 'OR', counts({ often: PG_SCORE_BUDGET + 1, again: PG_SCORE_BUDGET + 2 }), PG_SCORE_BUDGET)).toEqual({
-      terms: ['often'],
+      terms: ['often', 'again'],
       op: 'OR',
       scored: true,
       newest: PG_SCORE_BUDGET,
     });
-    // Past SCORE_BUDGET the rarer word alone is kept, on both.
-    const more = counts({ often: SCORE_BUDGET, once: 1 });
+    // Past ANY_WORD_BUDGET the rarer word alone is kept, on both.
+    const more = counts({ often: ANY_WORD_BUDGET, once: 1 });
     expect(keywordPlan(['often', 'once'], 'OR', more, PG_SCORE_BUDGET)).toEqual({ terms: ['once'], op: 'OR', scored: true, newest: null });
-    expect(keywordPlan(['often', 'once'], 'OR', more).terms).toEqual(['once']);
+    expect(keywordPlan(['often', 'once'], 'OR', more, ANY_WORD_BUDGET).terms).toEqual(['once']);
+    // PostgreSQL keeps words up to its own, smaller total (a kept word costs it more).
+    expect(PG_ANY_WORD_BUDGET).toBeLessThan(ANY_WORD_BUDGET);
+    const mid = counts({ often: PG_ANY_WORD_BUDGET, once: 1 });
+    expect(keywordPlan(['often', 'once'], 'OR', mid, ANY_WORD_BUDGET).terms).toEqual(['often', 'once']);
+    expect(keywordPlan(['often', 'once'], 'OR', mid, PG_SCORE_BUDGET, PG_ANY_WORD_BUDGET).terms).toEqual(['once']);
   });
 
   it('OR keeps at least the rarest word even when it alone is past the budget, scoring only the newest', () => {
-    const docs = counts({ big: SCORE_BUDGET + 1, bigger: SCORE_BUDGET + 5, common: COMMON_DOCS + 1 });
-    expect(keywordPlan(['bigger', 'common', 'big'], 'OR', docs)).toEqual({ terms: ['big'], op: 'OR', scored: true, newest: SCORE_BUDGET });
+    const docs = counts({ big: ANY_WORD_BUDGET + 1, bigger: ANY_WORD_BUDGET + 5, common: COMMON_DOCS + 1 });
+    expect(keywordPlan(['bigger', 'common', 'big'], 'OR', docs, ANY_WORD_BUDGET)).toEqual({ terms: ['big'], op: 'OR', scored: true, newest: ANY_WORD_BUDGET });
   });
 });
 
@@ -446,18 +462,22 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
     expect(pathsOf(list).slice(0, 2).sort()).toEqual(['tier/old.md', 'tier/older.md']);
   });
 
-  it('keywordList: [] when no section holds the words, and marks the any-word fallback', async () => {
+  it('keywordList: [] when no section holds the words; several words rank any of them, a section holding every word first', async () => {
     const none = await keywordList(s.ctx, agent, scope(), ['nowordlikethis', 'noranyother']);
     expect(none).toHaveLength(0);
     const single = await keywordList(s.ctx, agent, scope(), ['nowordlikethis']);
     expect(single).toHaveLength(0);
     expect(single.anyWord).toBeUndefined();
 
-    // Every word in one section: no fallback.
+    // Several words: sections holding any of them, those holding both first (issue 20).
     const both = await keywordList(s.ctx, agent, scope(), ['vexilla', 'quorbit']);
-    expect([...pathsOf(both)].sort()).toEqual(['un/u1.md', 'un/u2.md', 'un/u4.md']);
-    expect(both.anyWord).toBeUndefined();
-    expect(both.weak).toBeUndefined();
+    expect(both.anyWord).toBe(true);
+    expect(both.weak).toBe(false);
+    expect([...pathsOf(both).slice(0, 3)].sort()).toEqual(['un/u1.md', 'un/u2.md', 'un/u4.md']);
+    expect(pathsOf(both)).toContain('un/u3.md');
+    // One word: no any-word ranking.
+    const one = await keywordList(s.ctx, agent, scope(), ['quorbit']);
+    expect(one.anyWord).toBeUndefined();
 
     // Both words exist, never together: sections holding either, not weak (no word is unknown).
     const apart = await keywordList(s.ctx, agent, scope(), ['zorblax', 'wombatron']);
@@ -468,15 +488,29 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
 
     // A stop word (PostgreSQL's index holds none) is no misspelling: the other word decides.
     const stop = await keywordList(s.ctx, agent, scope(), ['the', 'wombatron']);
-    expect(stop.weak).toBeUndefined();
+    expect(stop.weak).toBe(false);
     expect(pathsOf(stop)).toContain('nw/n1.md');
 
-    // One word in no section at all: the fallback finds the other, and is weak.
+    // One word in no section at all: the other finds its sections, and the list is weak.
     const typo = await keywordList(s.ctx, agent, scope(), ['wombatron', 'wombatrn']);
     expect(typo.anyWord).toBe(true);
     expect(typo.weak).toBe(true);
     expect(pathsOf(typo)[0]).toBe('nw/n1.md');
     expect(typo).toHaveLength(5);
+  });
+});
+
+describe('byCoverage', () => {
+  const c = (score: number, text: string) => ({ score, title: 'T', heading: '', text });
+  it('multiplies each score by the square root of the share of the query’s words (stems) the section holds, best first', () => {
+    const list = [c(3, 'plinthar plinthar plinthar'), c(2, 'the plinthars, a gorsebell and tamaroxes')];
+    const out = byCoverage(list, ['plinthar', 'gorsebell', 'tamarox']);
+    expect(out.map((x) => x.text)).toEqual([list[1]!.text, list[0]!.text]);
+    expect(out[0]!.score).toBeCloseTo(2, 10);
+    expect(out[1]!.score).toBeCloseTo(3 * Math.sqrt(1 / 3), 10);
+    // The title and heading count; one word (or one stem) changes nothing.
+    expect(byCoverage([c(1, 'x'), c(2, 'y')], ['t']).map((x) => x.score)).toEqual([1, 2]);
+    expect(byCoverage([{ score: 1, title: 'Gorsebell', heading: 'tamarox', text: 'plinthar' }], ['plinthar', 'gorsebell', 'tamarox'])[0]!.score).toBe(1);
   });
 });
 
