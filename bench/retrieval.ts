@@ -24,6 +24,7 @@ import { widestCeiling } from '../src/retrieval/candidates.js';
 import { fts5Match, queryTerms } from '../src/retrieval/keyword.js';
 import { keywordTable } from '../src/retrieval/keyword-index.js';
 import { searchPages } from '../src/retrieval/search.js';
+import { headCommit } from '../src/store/commits.js';
 import { CACHE_DIR, loadCorpus } from './eval/build-corpus.js';
 import { loadManCorpus } from './eval/build-man-corpus.js';
 import { drainEmbeddings, openHarness, runtimeOf, type Harness } from './eval/harness.js';
@@ -116,6 +117,7 @@ export async function benchRetrievalQuality(
     // Warm-up: each mode once (query embedding caches, prepared statements, matrix load).
     for (const mode of MODES) await searchPages(h.ctx, h.principal, { q: 'warm up the index', mode, limit: K, includeArchived: false });
 
+    const head = await headCommit(h.ctx.store.db, h.principal.workspaceId);
     const perMode: Record<string, unknown> = {};
     const details: Record<string, Record<string, { rank: number | null; top: string[] }>> = {};
     const modeUsed: Record<string, Record<string, number>> = {};
@@ -130,6 +132,19 @@ export async function benchRetrievalQuality(
         },
       })),
       ...(h.engine === 'sqlite' ? [{ name: 'bm25_or', run: async (q: string) => ({ paths: await plainBm25(h, q), used: 'bm25_or' }) }] : []),
+      // Point in time (issue 20): hybrid at the commit the load ended with, ranked in the service
+      // from that commit's text (src/retrieval/snapshot.ts): its quality and latency beside today's.
+      ...(head
+        ? [
+            {
+              name: 'hybrid_at_head',
+              run: async (q: string) => {
+                const res = await searchPages(h.ctx, h.principal, { q, mode: 'hybrid', limit: K, includeArchived: false, at: head.sha });
+                return { paths: res.results.slice(0, K).map((r) => r.path), used: res.mode_used };
+              },
+            },
+          ]
+        : []),
     ];
     for (const { name: mode, run } of rankers) {
       const rows: { kind: string; rr: number; recall: number; first: number | null }[] = [];
@@ -152,7 +167,7 @@ export async function benchRetrievalQuality(
       perMode[mode] = {
         overall: score(rows),
         by_kind: Object.fromEntries(kinds.map((k) => [k, score(rows.filter((r) => r.kind === k))])),
-        latency_ms: { p50: round(percentile(sorted, 50), 2), p95: round(percentile(sorted, 95), 2) },
+        latency_ms: { p50: round(percentile(sorted, 50), 2), p95: round(percentile(sorted, 95), 2), first: round(lat[0] ?? 0, 2) },
         mode_used: modeUsed[mode],
       };
     }

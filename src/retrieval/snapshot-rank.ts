@@ -22,9 +22,28 @@ const K1 = 1.2;
 const B = 0.75;
 const WEIGHT = { title: 10, heading: 4, text: 1 };
 
-function chunkStems(parsed: ParsedBlob): NonNullable<ParsedBlob['stems']> {
-  parsed.stems ??= parsed.chunks.map((c) => ({ heading: stemsOf(c.heading), text: stemsOf(c.text) }));
-  return parsed.stems;
+/** The blob's stems, counted once: a query then looks up its own words, not every word of every page. */
+function chunkTerms(parsed: ParsedBlob): NonNullable<ParsedBlob['terms']> {
+  if (parsed.terms) return parsed.terms;
+  const counts = new Map<string, Map<number, number>>();
+  const lens: number[] = [];
+  parsed.chunks.forEach((c, i) => {
+    let len = 0;
+    for (const [text, w] of [
+      [c.heading, WEIGHT.heading],
+      [c.text, WEIGHT.text],
+    ] as const) {
+      for (const s of stemsOf(text)) {
+        len++;
+        let per = counts.get(s);
+        if (!per) counts.set(s, (per = new Map()));
+        per.set(i, (per.get(i) ?? 0) + w);
+      }
+    }
+    lens.push(len);
+  });
+  parsed.terms = { counts, lens };
+  return parsed.terms;
 }
 
 /** One section of a snapshot page as a candidate (the page's fields as the commit left them). */
@@ -85,23 +104,20 @@ export function snapshotKeyword(
   for (const { page, i } of sections) {
     let title = titles.get(page);
     if (!title) titles.set(page, (title = stemsOf(page.title)));
-    const { heading, text } = chunkStems(page.parsed)[i]!;
+    const { counts, lens: chunkLens } = chunkTerms(page.parsed);
     const f = new Float64Array(words.length);
-    for (const [list, w] of [
-      [title, WEIGHT.title],
-      [heading, WEIGHT.heading],
-      [text, WEIGHT.text],
-    ] as const) {
-      for (const s of list) {
-        const k = slot.get(s);
-        if (k !== undefined) f[k]! += w;
-      }
+    for (const s of title) {
+      const k = slot.get(s);
+      if (k !== undefined) f[k]! += WEIGHT.title;
     }
+    words.forEach((w, k) => {
+      f[k]! += counts.get(w)?.get(i) ?? 0;
+    });
     f.forEach((x, k) => {
       if (x > 0) docs[k]!++;
     });
     freq.push(f);
-    lens.push(title.length + heading.length + text.length);
+    lens.push(title.length + chunkLens[i]!);
   }
   const n = sections.length;
   const avg = n === 0 ? 1 : Math.max(1, lens.reduce((a, b) => a + b, 0) / n);
@@ -124,6 +140,21 @@ export function snapshotKeyword(
   const ranked = out.sort((a, b) => b.score - a.score || byRecency(a, b)).slice(0, limit);
   if (terms.length <= 1) return ranked;
   return Object.assign(ranked, { weak: docs.some((d) => d === 0), anyWord: true });
+}
+
+/** A page's embedding windows (as the embedding worker cuts them) and their text hashes, kept with its parsed text. */
+function windowsOf(page: SnapshotPage): { first: number; last: number; idx: number[]; hash: string }[] {
+  const cached = page.parsed.windows;
+  if (cached && cached.title === page.title) return cached.list;
+  const secs = page.parsed.chunks.map((c, i) => ({ ord: c.ord, heading: c.heading, text: c.text, block_level: c.blockLevel, i }));
+  const list = windows(secs).map((w) => ({
+    first: w.first,
+    last: w.last,
+    idx: w.sections.map((s) => s.i),
+    hash: textHash(windowEmbedText(page.title, w.sections)),
+  }));
+  page.parsed.windows = { title: page.title, list };
+  return list;
 }
 
 /** Windows embedded at most per answer when the commit's text has no stored vector (changed since). */
@@ -166,20 +197,26 @@ export async function snapshotVector(
   const scored: { page: SnapshotPage; idx: number[]; score: number }[] = [];
   const missing: { page: SnapshotPage; idx: number[]; text: string; key: string }[] = [];
   for (const page of snap.pages) {
-    const secs = page.parsed.chunks.map((c, i) => ({ ord: c.ord, heading: c.heading, text: c.text, block_level: c.blockLevel, i }));
     const rows = stored?.pageScores(page.id, qv) ?? [];
-    for (const w of windows(secs)) {
+    const chunks = page.parsed.chunks;
+    for (const w of windowsOf(page)) {
       // A window with a section the caller cannot see is no answer (as vectorCandidates rules).
-      if (!w.sections.every((s) => visible(p, scope.action, { path: page.path, sensitivity: page.sensitivity, block_level: s.block_level }))) continue;
-      const text = windowEmbedText(page.title, w.sections);
-      const hash = textHash(text);
-      const idx = w.sections.map((s) => s.i);
-      const row = rows.find((r) => r.ord === w.first && r.last === w.last && r.tag === hashTag(hash));
-      const key = `${p.workspaceId}\u0000${rt.key}\u0000${hash}`;
+      if (!w.idx.every((i) => visible(p, scope.action, { path: page.path, sensitivity: page.sensitivity, block_level: chunks[i]!.blockLevel }))) continue;
+      const row = rows.find((r) => r.ord === w.first && r.last === w.last && r.tag === hashTag(w.hash));
+      const key = `${p.workspaceId}\u0000${rt.key}\u0000${w.hash}`;
       const past = pastVectors.get(key);
-      if (row) scored.push({ page, idx, score: row.score });
-      else if (past) scored.push({ page, idx, score: dot(past, qv) });
-      else missing.push({ page, idx, text, key });
+      if (row) scored.push({ page, idx: w.idx, score: row.score });
+      else if (past) scored.push({ page, idx: w.idx, score: dot(past, qv) });
+      else
+        missing.push({
+          page,
+          idx: w.idx,
+          text: windowEmbedText(
+            page.title,
+            w.idx.map((i) => chunks[i]!),
+          ),
+          key,
+        });
     }
   }
   if (missing.length > AT_MAX_EMBED) {

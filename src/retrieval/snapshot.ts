@@ -27,7 +27,7 @@ export const AT_MAX_PAGES = 10_000;
 /**
  * Parsed page texts kept (by workspace and blob sha: a blob never changes), up to this many
  * characters of markdown in all; an entry holds about five bytes a character (the body, its
- * chunks and their word stems), so about 40 MB.
+ * chunks and their stems' counts), so about 40 MB.
  */
 const PARSED_CACHE_CHARS = 8_000_000;
 
@@ -44,8 +44,15 @@ export interface ParsedBlob {
   chunks: Chunk[];
   links: SnapshotLink[];
   chars: number;
-  /** Keyword stems of each chunk's heading and text (snapshot-rank.ts fills it on first use). */
-  stems?: { heading: string[]; text: string[] }[];
+  /** The title the text gives itself (frontmatter or first heading), '' when none: the page's file name then. */
+  ownTitle: string;
+  /**
+   * The chunks' words as the keyword ranking reads them (snapshot-rank.ts fills it on first use):
+   * each stem's weighted count per chunk (heading 4, text 1), and each chunk's length in words.
+   */
+  terms?: { counts: Map<string, Map<number, number>>; lens: number[] };
+  /** The embedding windows of the chunks and their text hashes, under a title (snapshot-rank.ts). */
+  windows?: { title: string; list: { first: number; last: number; idx: number[]; hash: string }[] };
 }
 
 const parsedCache = new Map<string, ParsedBlob>();
@@ -69,6 +76,7 @@ function parseBlob(key: string, raw: string): ParsedBlob {
     chunks: chunkBody(body),
     links: linkLevels(body, extractLinks(body)).map((l) => ({ target: l.target, kind: l.kind, blockLevel: l.blockLevel })),
     chars: raw.length,
+    ownTitle: extractTitle(frontmatter, body, ''),
   };
   parsedCache.set(key, parsed);
   parsedChars += parsed.chars;
@@ -115,8 +123,8 @@ interface VersionRow {
   created_at: string;
   now_path: string;
   now_sensitivity: string;
-  /** Today's text when it is still this version's (no blob to read). */
-  content: string | null;
+  /** Today's text is still this version's: read from `pages`, no blob to inflate. */
+  same: number | boolean;
 }
 
 function inScope(scope: Scope, path: string): boolean {
@@ -141,7 +149,7 @@ export async function loadSnapshot(ctx: RetrievalContext, p: Principal, scope: S
     await sql<VersionRow>`
     select v.page_id, v.path, v.blob_sha, v.sensitivity, v.block_level, v.commit_sha, v.created_at,
       pg.path as now_path, pg.sensitivity as now_sensitivity,
-      case when pg.content_hash = v.blob_sha and pg.deleted_at is null then pg.content end as content
+      (pg.content_hash = v.blob_sha and pg.deleted_at is null) as same
     from (select page_id, max(commit_seq) as seq from page_versions
           where workspace_id = ${ws} and commit_seq <= ${commit.seq} group by page_id) l
     join page_versions v on v.workspace_id = ${ws} and v.page_id = l.page_id and v.commit_seq = l.seq
@@ -163,12 +171,25 @@ export async function loadSnapshot(ctx: RetrievalContext, p: Principal, scope: S
     );
   }
   const key = (sha: string) => `${ws}\u0000${sha}`;
-  const missing = seen.filter((r) => r.content === null && !parsedCache.has(key(r.blob_sha))).map((r) => r.blob_sha);
-  const blobs = missing.length > 0 ? await new ObjectStore(db, ws).getBlobs(missing) : new Map<string, Buffer>();
+  // Texts not parsed yet: today's from `pages` where unchanged since, the others from their blobs.
+  const todo = seen.filter((r) => !parsedCache.has(key(r.blob_sha)));
+  const texts = new Map<string, string>();
+  const current = todo.filter((r) => r.same === true || r.same === 1).map((r) => r.page_id);
+  for (let i = 0; i < current.length; i += 500) {
+    const rows = await db
+      .selectFrom('pages')
+      .select(['content', 'content_hash'])
+      .where('workspace_id', '=', ws)
+      .where('id', 'in', current.slice(i, i + 500))
+      .execute();
+    for (const r of rows) texts.set(r.content_hash, r.content);
+  }
+  const rest = todo.filter((r) => !texts.has(r.blob_sha)).map((r) => r.blob_sha);
+  if (rest.length > 0) for (const [sha, body] of await new ObjectStore(db, ws).getBlobs(rest)) texts.set(sha, body.toString('utf8'));
   const pages: SnapshotPage[] = [];
   const tags = [...new Set(scope.tags ?? [])];
   for (const r of seen) {
-    const raw = r.content ?? blobs.get(r.blob_sha)?.toString('utf8');
+    const raw = texts.get(r.blob_sha);
     const parsed = raw === undefined ? parsedCache.get(key(r.blob_sha)) : parseBlob(key(r.blob_sha), raw);
     // A blob missing from the store leaves its page out rather than failing the whole answer.
     if (!parsed) continue;
@@ -178,7 +199,7 @@ export async function loadSnapshot(ctx: RetrievalContext, p: Principal, scope: S
       path: r.path,
       space: r.path.split('/')[0]!,
       cluster_path: r.path.split('/').slice(0, -1).join('/'),
-      title: extractTitle(parsed.frontmatter, parsed.body, file.replace(/\.md$/i, '')),
+      title: parsed.ownTitle || file.replace(/\.md$/i, ''),
       tags: extractTags(parsed.frontmatter),
       state: parsed.frontmatter.state === 'archived' ? 'archived' : 'active',
       sensitivity: r.sensitivity,
