@@ -1,3 +1,4 @@
+import type { SearchHit, SearchResult } from '../../src/retrieval/search.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { testEngines } from '../support/engines.js';
 import { waitForVectors } from '../support/embeddings-server.js';
@@ -34,25 +35,9 @@ const PASSWORD = 'correct horse battery';
 const enc = encodeURIComponent;
 const expectOk = (r: { status: number; text: string }) => expect(r.status, r.text.slice(0, 300)).toBe(200);
 
-interface Hit {
-  id: string;
-  path: string;
-  title: string;
-  space: string;
-  cluster_path: string;
-  tags: string[];
-  state: string;
-  score: number;
-  section: string;
-  snippet: string;
-}
-interface SearchAnswer {
-  mode: string;
-  mode_used: string;
-  note?: string;
-  at?: string;
-  results: Hit[];
-}
+/** What GET /api/v1/search answers (the route's response is the core's SearchResult). */
+type Hit = SearchHit;
+type SearchAnswer = SearchResult;
 interface Section {
   id: string;
   path: string;

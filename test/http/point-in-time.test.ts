@@ -1,3 +1,4 @@
+import type { SearchResult } from '../../src/retrieval/search.js';
 import type { Client as McpClient } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadPrincipal } from '../../src/core/principal-loader.js';
@@ -15,25 +16,8 @@ import { call, connectMcp, ok } from '../mcp/support.js';
  * gives the same bundle however the workspace moved on.
  */
 
-interface Hit {
-  id: string;
-  path: string;
-  title: string;
-  space: string;
-  cluster_path: string;
-  tags: string[];
-  state: string;
-  score: number;
-  section: string;
-  snippet: string;
-}
-interface SearchAnswer {
-  mode: string;
-  mode_used: string;
-  note?: string;
-  at?: string;
-  results: Hit[];
-}
+/** What GET /api/v1/search answers (the route's response is the core's SearchResult). */
+type SearchAnswer = SearchResult;
 interface BundleAnswer {
   at: string | null;
   markdown: string;
