@@ -99,12 +99,27 @@ export async function keywordList(ctx: RetrievalContext, p: Principal, scope: Sc
   if (terms.length <= 1) return run('AND', terms);
   // A word the index does not know here is likely a misspelling.
   const weak = terms.some((t) => docs.get(t) === 0);
-  if (terms.every((t) => (docs.get(t) ?? 0) > COMMON_DOCS)) {
+  // SQLite ranks by bm25 over its level table, whose statistics hold sections outside a
+  // path-scoped agent's reach: ordering any-word lists by them would let hidden writes move the
+  // agent's order (test/http/attack-session-h.test.ts). Such agents keep the all-words stage.
+  const reachLimited = counted.visibility !== undefined && !pg;
+  if (reachLimited || terms.every((t) => (docs.get(t) ?? 0) > COMMON_DOCS)) {
     const all = await run('AND', terms);
     if (all.length > 0) return all;
     return Object.assign(await run('OR', terms), { weak, anyWord: true });
   }
-  return Object.assign(byCoverage(await run('OR', terms), terms), { weak, anyWord: true });
+  const any = await run('OR', terms);
+  // When the plan left words out (too frequent to score them all), the sections holding every
+  // word may be none of the matches it ranked (old ones, say): those come from the all-words
+  // plan, bounded by the rarest word, and join the list.
+  const kept = keywordPlan(terms, 'OR', docs, pg ? PG_SCORE_BUDGET : ANY_WORD_BUDGET, pg ? PG_ANY_WORD_BUDGET : ANY_WORD_BUDGET).terms;
+  const rare = terms.filter((t) => (docs.get(t) ?? 0) <= COMMON_DOCS);
+  let list = any;
+  if (kept.length < rare.length) {
+    const seen = new Set(any.map((c) => `${c.page_id}\u0000${c.ord}`));
+    list = [...any, ...(await run('AND', terms)).filter((c) => !seen.has(`${c.page_id}\u0000${c.ord}`))];
+  }
+  return Object.assign(byCoverage(list, terms).slice(0, limit), { weak, anyWord: true });
 }
 
 /** A bounded plan that finds fewer sections than this (a narrow scope) is run again over every match. */

@@ -416,8 +416,15 @@ describe.each(testEngines())('attack: session C changes (%s)', (engine) => {
 
     it('the scored order is the one expected (the premise of the oracle test)', async () => {
       const r = await viewer.get('/api/v1/search?q=korrigan%20wyvernel&mode=fts&limit=20');
-      expect(r.body.results.map((h: { path: string }) => h.path).sort()).toEqual(['orc/heavy-korrigan.md', 'orc/heavy-wyvernel.md']);
-      expect(r.body.results.map((h: { score: number }) => h.score)).toEqual([1, 0.5]);
+      // Any word ranks (issue 20): the two pages holding both words first, then those holding one.
+      expect(
+        r.body.results
+          .map((h: { path: string }) => h.path)
+          .slice(0, 2)
+          .sort(),
+      ).toEqual(['orc/heavy-korrigan.md', 'orc/heavy-wyvernel.md']);
+      expect(r.body.results.map((h: { score: number }) => h.score).slice(0, 2)).toEqual([1, 0.5]);
+      expect(r.body.results).toHaveLength(8);
       // The owner sees the secret page too; the viewer and the scoped agent never.
       const o = await owner.get('/api/v1/search?q=korrigan%20wyvernel&mode=fts&limit=20');
       expect(o.body.results.map((h: { path: string }) => h.path)).toContain('orcvault/s.md');
@@ -450,7 +457,8 @@ describe.each(testEngines())('attack: session C changes (%s)', (engine) => {
         // viewer would put heavy-wyvernel (newer) before heavy-korrigan, which tie on ts_rank_cd.
         const ownerAfter = (after[6] as { results: [string, number][] }).results;
         expect(ownerAfter[0]![0]).toBe('orcvault/s.md');
-        expect((before[0] as { results: [string, number][] }).results.map(([p]) => p)).toEqual(['orc/heavy-korrigan.md', 'orc/heavy-wyvernel.md']);
+        // Any word ranks (issue 20): the two pages holding both words first, then the fillers.
+        expect((before[0] as { results: [string, number][] }).results.map(([p]) => p).slice(0, 2)).toEqual(['orc/heavy-korrigan.md', 'orc/heavy-wyvernel.md']);
         // Everyone else: byte for byte the same answers.
         expect(after.slice(0, 6)).toEqual(before.slice(0, 6));
         expect(after[7]).toEqual(before[7]);
