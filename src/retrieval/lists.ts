@@ -88,10 +88,10 @@ export async function keywordList(ctx: RetrievalContext, p: Principal, scope: Sc
   // One count per word serves every plan and the "weak" test below.
   const docs = await termDocCounts(ctx.store, terms, counted);
   const pg = ctx.store.dialect === 'postgres';
+  const planFor = (op: 'AND' | 'OR', words: string[]) =>
+    pg ? keywordPlan(words, op, docs, PG_SCORE_BUDGET, PG_ANY_WORD_BUDGET) : keywordPlan(words, op, docs, op === 'OR' ? ANY_WORD_BUDGET : SCORE_BUDGET);
   const run = async (op: 'AND' | 'OR', words: string[]) => {
-    const plan = pg
-      ? keywordPlan(words, op, docs, PG_SCORE_BUDGET, PG_ANY_WORD_BUDGET)
-      : keywordPlan(words, op, docs, op === 'OR' ? ANY_WORD_BUDGET : SCORE_BUDGET);
+    const plan = planFor(op, words);
     const list = await keywordCandidates(ctx, p, scope, plan, limit, docs);
     if ((plan.scored && plan.newest === null) || list.length >= Math.min(limit, BOUNDED_MIN)) return list;
     return keywordCandidates(ctx, p, scope, { ...plan, scored: true, newest: null }, limit, docs);
@@ -112,7 +112,7 @@ export async function keywordList(ctx: RetrievalContext, p: Principal, scope: Sc
   // When the plan left words out (too frequent to score them all), the sections holding every
   // word may be none of the matches it ranked (old ones, say): those come from the all-words
   // plan, bounded by the rarest word, and join the list.
-  const kept = keywordPlan(terms, 'OR', docs, pg ? PG_SCORE_BUDGET : ANY_WORD_BUDGET, pg ? PG_ANY_WORD_BUDGET : ANY_WORD_BUDGET).terms;
+  const kept = planFor('OR', terms).terms;
   const rare = terms.filter((t) => (docs.get(t) ?? 0) <= COMMON_DOCS);
   let list = any;
   if (kept.length < rare.length) {

@@ -79,8 +79,11 @@ function seenSections(snap: Snapshot, p: Principal, scope: Scope): { page: Snaps
   return out;
 }
 
+/** What ties are ordered by, without building a candidate. */
+const tieKey = (page: SnapshotPage, i: number) => ({ updated_at: page.updated_at, page_id: page.id, ord: page.parsed.chunks[i]!.ord });
+
 /** Newest first, then by page and position: a stable order for ties. */
-function byRecency(a: Candidate, b: Candidate): number {
+function byRecency(a: Pick<Candidate, 'updated_at' | 'page_id' | 'ord'>, b: Pick<Candidate, 'updated_at' | 'page_id' | 'ord'>): number {
   return a.updated_at < b.updated_at ? 1 : a.updated_at > b.updated_at ? -1 : a.page_id < b.page_id ? -1 : a.page_id > b.page_id ? 1 : a.ord - b.ord;
 }
 
@@ -241,7 +244,7 @@ export async function snapshotVector(
   const out: Candidate[] = [];
   const ranked = scored
     .filter((s) => s.score >= VECTOR_FLOOR)
-    .sort((a, b) => b.score - a.score || byRecency(candidate(a.page, a.idx[0]!, 0), candidate(b.page, b.idx[0]!, 0)));
+    .sort((a, b) => b.score - a.score || byRecency(tieKey(a.page, a.idx[0]!), tieKey(b.page, b.idx[0]!)));
   for (const s of ranked) {
     for (const i of s.idx) out.push(candidate(s.page, i, s.score));
     if (out.length >= limit) break;
