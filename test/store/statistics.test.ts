@@ -16,6 +16,10 @@ describe.skipIf(!testEngines().includes('postgres'))('planner statistics (postgr
     s = await startTestServer('postgres');
     c = new pg.Client({ connectionString: s.ctx.config.databaseUrl });
     await c.connect();
+    // Autovacuum (on here) may analyze the tables first under a loaded CI run, and then the
+    // service rightly finds nothing to do: this database's two tables are left to the service.
+    await c.query(`alter table pages set (autovacuum_enabled = false)`);
+    await c.query(`alter table page_sections set (autovacuum_enabled = false)`);
   });
   afterAll(async () => {
     await c?.end();
@@ -57,12 +61,13 @@ describe.skipIf(!testEngines().includes('postgres'))('planner statistics (postgr
     ) {
       await new Promise((r) => setTimeout(r, 500));
     }
-    const seen = new Set<string>();
-    for (let i = 0; i < 60 && !(seen.has('pages') && seen.has('page_sections')); i++) {
-      for (const t of await s.statistics.tick()) seen.add(t);
-      if (!(seen.has('pages') && seen.has('page_sections'))) await new Promise((r) => setTimeout(r, 500));
+    // analyze_count counts ANALYZE run by a session (autovacuum's are counted apart): the
+    // service's rounds, the test's or the node's own timer's, whichever came first.
+    const done = async () => Number(await analyzed('pages')) > Number(before.pages) && Number(await analyzed('page_sections')) > Number(before.sections);
+    for (let i = 0; i < 60 && !(await done()); i++) {
+      await s.statistics.tick();
+      if (!(await done())) await new Promise((r) => setTimeout(r, 500));
     }
-    expect([...seen]).toEqual(expect.arrayContaining(['pages', 'page_sections']));
     expect(Number(await analyzed('pages'))).toBeGreaterThan(Number(before.pages));
     expect(Number(await analyzed('page_sections'))).toBeGreaterThan(Number(before.sections));
 
