@@ -57,9 +57,9 @@ export interface Bundle {
   used_tokens: number;
   tokenizer: string;
   /**
-   * The commit answered from, in full: the one asked for (`at`), or the newest when the bundle
-   * was built (null before the workspace's first commit). Passed back as `at`, it replays the
-   * bundle from the same text.
+   * The commit answered from, in full: the one asked for (`at`), or, live, the newest that
+   * changed a page the caller may see (null when none did; hidden writes never move it). Passed
+   * back as `at`, it replays the bundle from the same text.
    */
   at: string | null;
   sections: BundleSection[];

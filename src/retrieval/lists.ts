@@ -1,5 +1,5 @@
 import type { Principal } from '../policy/principal.js';
-import { headCommit, type CommitRef } from '../store/commits.js';
+import type { CommitRef } from '../store/commits.js';
 import {
   keywordCandidates,
   reachSql,
@@ -16,7 +16,7 @@ import { EmbeddingUnavailableError } from './embeddings/provider.js';
 import { VECTOR_FLOOR } from './hybrid.js';
 import { ANY_WORD_BUDGET, COMMON_DOCS, keywordPlan, PG_ANY_WORD_BUDGET, PG_SCORE_BUDGET, SCORE_BUDGET, termDocCounts } from './keyword-plan.js';
 import { byCoverage } from './keyword.js';
-import { loadSnapshot } from './snapshot.js';
+import { loadSnapshot, newestVisibleCommit } from './snapshot.js';
 import { snapshotKeyword, snapshotLinked, snapshotVector } from './snapshot-rank.js';
 
 /**
@@ -64,7 +64,7 @@ export async function listSource(ctx: RetrievalContext, p: Principal, scope: Sco
     keyword: (terms, limit) => keywordList(ctx, p, scope, terms, limit),
     vector: async (q, limit) => (await vectorList(ctx, p, scope, q, limit)) ?? `embeddings are unavailable (${ctx.retrieval.provider.provider})`,
     linked: (picked) => linkedSections(ctx, p, scope, picked),
-    commit: recordCommit ? await headCommit(ctx.store.db, p.workspaceId) : null,
+    commit: recordCommit ? await newestVisibleCommit(ctx, p, scope.action) : null,
     now: Date.now(),
   };
 }

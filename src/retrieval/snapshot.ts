@@ -214,3 +214,53 @@ export async function loadSnapshot(ctx: RetrievalContext, p: Principal, scope: S
   }
   return { commit, pages, paths };
 }
+
+/** Versions read per round while looking for the newest one the caller may see. */
+const NEWEST_BATCH = 200;
+
+/**
+ * The commit a live answer is "as of" for this caller: the newest that changed a page the
+ * caller may see today (the snapshot's test on the page as it is now; deleted pages count, as
+ * the snapshot shows them as they were). A page hidden today is in no snapshot of theirs, so
+ * every commit from this one on replays the same pages for them; naming the workspace's newest
+ * instead would move with writes they cannot see and tell them when those happen. Null when no
+ * commit changed a page they may see.
+ */
+export async function newestVisibleCommit(ctx: RetrievalContext, p: Principal, action: Scope['action']): Promise<CommitRef | null> {
+  const db = ctx.store.db;
+  // Keyset by (commit, page): one commit may hold more versions than a round reads.
+  let before: { seq: number; page: string } | null = null;
+  for (;;) {
+    const b: { seq: number; page: string } | null = before;
+    const rows = await db
+      .selectFrom('page_versions')
+      .innerJoin('pages', (j) => j.onRef('pages.id', '=', 'page_versions.page_id').onRef('pages.workspace_id', '=', 'page_versions.workspace_id'))
+      .select(['page_versions.commit_seq as seq', 'page_versions.page_id as page', 'pages.path as path', 'pages.sensitivity as sensitivity'])
+      .where('page_versions.workspace_id', '=', p.workspaceId)
+      .$if(b !== null, (q) =>
+        q.where((eb) =>
+          eb.or([
+            eb('page_versions.commit_seq', '<', b!.seq),
+            eb.and([eb('page_versions.commit_seq', '=', b!.seq), eb('page_versions.page_id', '<', b!.page)]),
+          ]),
+        ),
+      )
+      .orderBy('page_versions.commit_seq', 'desc')
+      .orderBy('page_versions.page_id', 'desc')
+      .limit(NEWEST_BATCH)
+      .execute();
+    const hit = rows.find((r) => visible(p, action, { path: r.path, sensitivity: r.sensitivity, block_level: null }));
+    if (hit) {
+      const c = await db
+        .selectFrom('commits')
+        .select(['sha', 'seq', 'created_at'])
+        .where('workspace_id', '=', p.workspaceId)
+        .where('seq', '=', Number(hit.seq))
+        .executeTakeFirstOrThrow();
+      return { ...c, seq: Number(c.seq) };
+    }
+    if (rows.length < NEWEST_BATCH) return null;
+    const last: { seq: number | string; page: string } = rows[rows.length - 1]!;
+    before = { seq: Number(last.seq), page: last.page };
+  }
+}

@@ -262,6 +262,40 @@ describe.each(testEngines())('point-in-time search and bundle (%s)', (engine) =>
     expect(viaGet.body.markdown).toBe(then.markdown);
   });
 
+  it('a live bundle is as of the newest commit that changed a page its caller may see: hidden writes do not move it', async () => {
+    const ask = async (c: Client) => (await bundle(c, { intent: 'zephyrine relay' })).at;
+    const before = await ask(narrow);
+    // Outside narrow's reach (dev/): narrow stays, internal (which sees dev/) moves.
+    const dev = await write('post', '/api/v1/nodes', { path: 'dev/unseen.md', content: '# Unseen\n\nThe zephyrine relay, for dev.\n' });
+    expect(await ask(narrow)).toBe(before);
+    expect(await ask(internal)).toBe(dev.commit_sha);
+    // Above internal's ceiling: internal stays, the owner moves.
+    const secret = await write('post', '/api/v1/nodes', {
+      path: 'ops/unseen-secret.md',
+      content: '---\nsensitivity: confidential\n---\n# Unseen\n\nThe zephyrine relay, confidential.\n',
+    });
+    expect(await ask(internal)).toBe(dev.commit_sha);
+    expect(await ask(owner)).toBe(secret.commit_sha);
+    // Another workspace's writes move nobody here.
+    expect((await otherOwner.post('/api/v1/nodes', { path: 'x/y.md', content: '# Y\n\nzephyrine relay\n' })).status).toBe(201);
+    expect(await ask(owner)).toBe(secret.commit_sha);
+    // Replaying an `at` gives its caller the same sections (near ties may rank apart: docs/api.md).
+    const held = (b: BundleAnswer) => b.sections.map((x) => `${x.id} ${x.commit_sha} ${x.text}`).sort();
+    for (const c of [narrow, internal]) {
+      const live = await bundle(c, { intent: 'zephyrine relay' });
+      expect(held(await bundle(c, { intent: 'zephyrine relay', at: live.at }))).toEqual(held(live));
+    }
+    // A write both may see moves both.
+    const mine = await write('put', `/api/v1/nodes/${ids.checklist}`, { content: '# Checklist\n\nThe zephyrine relay steps, again.\n' });
+    expect(await ask(narrow)).toBe(mine.commit_sha);
+    expect(await ask(internal)).toBe(mine.commit_sha);
+    // Deleting the confidential page moves those who saw it only.
+    const d = await admin.delete(`/api/v1/nodes/${secret.id}`);
+    expect(d.status, d.text).toBeLessThan(300);
+    expect(await ask(internal)).toBe(mine.commit_sha);
+    expect(await ask(owner)).not.toBe(mine.commit_sha);
+  });
+
   it('MCP context_search and context_bundle take `at`', async () => {
     const r = await ok(mcp, 'context_search', { query: 'quollwick lever', scope: 'ops', at: at.then });
     expect(r.at).toBe(at.then);
