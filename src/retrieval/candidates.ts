@@ -273,8 +273,12 @@ async function pgKeywordRows(
 ): Promise<Candidate[]> {
   const db = ctx.store.db;
   const tq = pgTsQuery(plan.terms, plan.op);
-  const rank = plan.scored ? pgRank(plan.terms, docs, tq) : { cols: sql`0 as len`, score: sql`0.0::float8` };
+  const rank = plan.scored ? pgRank(plan.weighed ?? plan.terms, docs, tq) : { cols: sql`0 as len`, score: sql`0.0::float8` };
   const pick = matchesCounted(p, scope, w);
+  // bm25 measures a section against the average of the workspace's (at the ceiling the counts
+  // read); a caller counted by its reach has no such figure: the matches' average stands in.
+  // (One row whatever the branch: a scalar, never a column of m.)
+  const avglen = docs?.avgTokens !== undefined ? sql`${docs.avgTokens}::float8` : sql`(select avg(len) from m)::float8`;
   // An any-word plan past its budget scores every match of its rarest words (`whole`) beside the
   // window's newest matches (keywordPlan).
   const whole = plan.scored && plan.newest !== null && plan.whole ? plan.whole : null;
@@ -289,9 +293,9 @@ async function pgKeywordRows(
         whole && window
           ? sql`b as materialized (${matches(tq, window)}),
       m as materialized (select distinct on (id) * from (${matches(pgTsQuery(whole.terms, 'OR'), null)} union all select * from b) u order by id),
-      f as (select (select count(*) from b)::int as found, avg(len)::float8 as avglen from m),`
+      f as (select (select count(*) from b)::int as found, ${avglen} as avglen),`
           : sql`m as materialized (${matches(tq, window)}),
-      f as (select count(*)::int as found, avg(len)::float8 as avglen from m),`
+      f as (select count(*)::int as found, ${avglen} as avglen from m),`
       }
       top as (
         select m.id, ${rank.score} as score from m cross join f

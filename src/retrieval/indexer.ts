@@ -7,6 +7,7 @@ import { afterCommitIfAny } from '../store/tx.js';
 import { chunkBody, type Chunk } from './chunking.js';
 import { wakeEmbedWorkers } from './embed-worker.js';
 import { clearKeywordIndexes, ensureKeywordIndex, indexSections, isSqlite, unindexSections } from './keyword-index.js';
+import { countWords } from './keyword.js';
 import { linkKey, pageKeys, pickTarget } from './links.js';
 
 type Exec = Kysely<DB> | Transaction<DB>;
@@ -72,6 +73,7 @@ export async function indexPages(db: Exec, rows: readonly PagesTable[], chunked?
         block_level: c.blockLevel,
         level: sectionLevel(row.sensitivity, c.blockLevel),
         archived: row.state === 'active' ? 0 : 1,
+        tokens: countWords(row.title, c.heading, c.text),
       })),
     ),
     tags: live.flatMap((row) => [...new Set(JSON.parse(row.tags) as string[])].map((tag) => ({ workspace_id: ws, page_id: row.id, tag }))),
@@ -215,8 +217,8 @@ async function rewritePg(db: Exec, ws: string, rows: readonly PagesTable[], next
     const r = await sql<{
       level: number;
       lexeme: string;
-      docs: number;
-    }>`with s as (delete from page_sections where page_id = any(${ids}::text[]) returning level, tsv),
+      docs: number | string;
+    }>`with s as (delete from page_sections where page_id = any(${ids}::text[]) returning level, tsv, tokens),
         l as (delete from page_links where source_id = any(${ids}::text[])),
         k as (delete from page_keys where page_id = any(${ids}::text[])),
         t as (delete from page_tags where page_id = any(${ids}::text[])),
@@ -224,12 +226,14 @@ async function rewritePg(db: Exec, ws: string, rows: readonly PagesTable[], next
         -- Links that reached a deleted page by id may reach a page created later at its name
         -- (the pages' own links are deleted above: one statement may not change a row twice).
         g as (update page_links set target_id = null where workspace_id = ${ws} and target_id = any(${gone}::text[]) and source_id <> all(${ids}::text[]))
-        select coalesce(s.level, 3) as level, x.lexeme, count(*)::int as docs
-        from s cross join unnest(tsvector_to_array(s.tsv) || '{""}'::text[]) as x(lexeme) group by 1, 2`.execute(db);
+        select coalesce(s.level, 3) as level, x.lexeme, count(*)::int8 as docs
+        from s cross join unnest(tsvector_to_array(s.tsv) || '{""}'::text[]) as x(lexeme) group by 1, 2
+        union all
+        select coalesce(s.level, 3), ' ', sum(s.tokens)::int8 from s group by 1`.execute(db);
     for (const row of r.rows) {
       removed.levels.push(row.level);
       removed.lexemes.push(row.lexeme);
-      removed.docs.push(-row.docs);
+      removed.docs.push(-Number(row.docs));
     }
   }
   await writeIndexPg(db, ws, next, removed);
@@ -258,7 +262,8 @@ export function sectionLevel(sensitivity: string, blockLevel: string | null): nu
  * (or before they had these names) at them, and moves the workspace's word statistics
  * (term_stats) by what the sections add and what `removed` took away, netted per lexeme and
  * level: rewriting a page changes only the counts of the words that came or went. Every
- * section also counts under the lexeme '' (keyword-plan.ts DocCounts): the sections per level. Counts are
+ * section also counts under the lexeme '' (keyword-plan.ts DocCounts): the sections per level;
+ * and its words (`tokens`, migration 025) under ' ': their sum per level. Counts are
  * written in key order, so two writers never wait on each other's rows in opposite orders.
  */
 async function writeIndexPg(db: Exec, ws: string, next: IndexRows, removed: TermCounts, jobs: readonly EmbedJob[] = []): Promise<void> {
@@ -267,10 +272,11 @@ async function writeIndexPg(db: Exec, ws: string, next: IndexRows, removed: Term
   const col = <K extends keyof Insertable<DB['page_sections']>>(k: K) => sections.map((r) => r[k]);
   await sql`with j as (${embedJobsInsert(ws, jobs)}),
     ins as (
-      insert into page_sections (workspace_id, page_id, ord, title, heading, heading_level, text, block_level, level, archived)
+      insert into page_sections (workspace_id, page_id, ord, title, heading, heading_level, text, block_level, level, archived, tokens)
       select ${ws}, * from unnest(${col('page_id')}::text[], ${col('ord')}::int[], ${col('title')}::text[], ${col('heading')}::text[],
-        ${col('heading_level')}::int[], ${col('text')}::text[], ${col('block_level')}::text[], ${col('level')}::int[], ${col('archived')}::int[])
-      returning level, tsv),
+        ${col('heading_level')}::int[], ${col('text')}::text[], ${col('block_level')}::text[], ${col('level')}::int[], ${col('archived')}::int[],
+        ${col('tokens')}::int[])
+      returning level, tsv, tokens),
     tg as (insert into page_tags (workspace_id, page_id, tag) select ${ws}, * from unnest(${tags.map((t) => t.page_id)}::text[], ${tags.map((t) => t.tag)}::text[])),
     ky as (insert into page_keys (workspace_id, key, page_id) select ${ws}, * from unnest(${keys.map((k) => k.key)}::text[], ${keys.map((k) => k.page_id)}::text[])),
     -- The names are known here: this statement cannot read the page_keys rows it inserts.
@@ -278,10 +284,12 @@ async function writeIndexPg(db: Exec, ws: string, next: IndexRows, removed: Term
       from (select distinct on (key) key, page_id from unnest(${keys.map((k) => k.key)}::text[], ${keys.map((k) => k.page_id)}::text[]) as u(key, page_id) order by key, page_id) as n
       where page_links.workspace_id = ${ws} and page_links.target_id is null and page_links.target_key = n.key),
     delta as (
-      select level, lexeme, sum(docs)::int as docs from (
-        select ins.level, x.lexeme, 1 as docs from ins cross join unnest(tsvector_to_array(ins.tsv) || '{""}'::text[]) as x(lexeme)
+      select level, lexeme, sum(docs)::int8 as docs from (
+        select ins.level, x.lexeme, 1::int8 as docs from ins cross join unnest(tsvector_to_array(ins.tsv) || '{""}'::text[]) as x(lexeme)
         union all
-        select * from unnest(${removed.levels}::int[], ${removed.lexemes}::text[], ${removed.docs}::int[])
+        select ins.level, ' ', ins.tokens::int8 from ins
+        union all
+        select * from unnest(${removed.levels}::int[], ${removed.lexemes}::text[], ${removed.docs}::int8[])
       ) d group by 1, 2 having sum(docs) <> 0)
     insert into term_stats (workspace_id, lexeme, level, docs)
     select ${ws}, lexeme, level, docs from delta order by lexeme, level

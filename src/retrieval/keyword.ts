@@ -121,6 +121,19 @@ export function queryTerms(q: string): string[] {
   return out;
 }
 
+/**
+ * A section's length as bm25 measures it: the runs of letters and digits in its title, heading
+ * and text (FTS5 counts its tokens so; PostgreSQL reads `page_sections.tokens`, migration 025).
+ */
+export function countWords(...parts: string[]): number {
+  let n = 0;
+  for (const p of parts) {
+    WORD.lastIndex = 0;
+    while (WORD.exec(p)) n++;
+  }
+  return n;
+}
+
 /** An FTS5 MATCH string: each term a quoted string, all required (AND) or any (OR). */
 export function fts5Match(terms: string[], op: 'AND' | 'OR'): string {
   return terms.map((t) => `"${t.replaceAll('"', '""')}"`).join(` ${op} `);
@@ -140,8 +153,9 @@ export function pgTsQuery(terms: string[], op: 'AND' | 'OR'): RawBuilder<unknown
 /**
  * PostgreSQL's score of a section for the terms, shaped as FTS5's bm25, in two steps so the
  * matches are read once: `cols`, read with each match (over `s`: each word's weighted frequency
- * as `ts_rank_cd(…, 0)`, and the section's length in distinct words as `len`), and `score`,
- * computed from those (over `m`, the matches, and `f.avglen`, their average length): for each
+ * as `ts_rank_cd(…, 0)`, and the section's length in words as `len`), and `score`, computed
+ * from those (over `m`, the matches, and `f.avglen`, the average length of the workspace's
+ * sections at the caller's ceiling, or of the matches for a caller counted by its reach): for each
  * word its inverse document frequency (from the words' section counts, within the caller's
  * reach) times its bm25 term weight (`cv_bm25`, migration 020: the frequency saturated, over
  * the section's length against the average of the sections ranked).
@@ -150,16 +164,18 @@ export function pgTsQuery(terms: string[], op: 'AND' | 'OR'): RawBuilder<unknown
  * occurrence five times a text one where bm25 gives two, and long sections the edge: fts 0.693,
  * paraphrases 0.378 (SQLite 0.571). As bm25: 0.751 and 0.545 (issue 18); with FTS5's idf
  * (inverseFrequency), the same words kept as SQLite keeps (keywordPlan) and the index reading
- * text as queries do (migration 022): 0.759 and 0.586.
+ * text as queries do (migration 022): 0.759 and 0.586. Lengths in words against the workspace's
+ * average, as FTS5 measures them, instead of distinct lexemes against the matches' (migration
+ * 025; issue 20): man-page set fts 0.678 → 0.686.
  */
 export function pgRank(terms: string[], docs: DocCounts | undefined, tq: RawBuilder<unknown>): { cols: RawBuilder<unknown>; score: RawBuilder<unknown> } {
-  if (!docs || terms.length === 0) return { cols: sql`ts_rank_cd(s.tsv, ${tq}) as r0, length(s.tsv) as len`, score: sql`m.r0` };
+  if (!docs || terms.length === 0) return { cols: sql`ts_rank_cd(s.tsv, ${tq}) as r0, s.tokens as len`, score: sql`m.r0` };
   const cols = terms.map((t, i) => sql`ts_rank_cd(s.tsv, plainto_tsquery('english', ${foldPg(t)}), 0) as ${sql.ref(`r${i}`)}`);
   const parts = terms.map((t, i) => {
     const idf = inverseFrequency(docs.get(t) ?? 0, docs.sections);
     return sql`${idf}::float8 * cv_bm25(${sql.ref(`m.r${i}`)}, m.len, f.avglen)`;
   });
-  return { cols: sql`${sql.join(cols)}, length(s.tsv) as len`, score: sql`(${sql.join(parts, sql` + `)})` };
+  return { cols: sql`${sql.join(cols)}, s.tokens as len`, score: sql`(${sql.join(parts, sql` + `)})` };
 }
 
 /**

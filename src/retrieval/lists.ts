@@ -14,7 +14,7 @@ import {
 import type { RetrievalContext } from './context.js';
 import { EmbeddingUnavailableError } from './embeddings/provider.js';
 import { VECTOR_FLOOR } from './hybrid.js';
-import { ANY_WORD_BUDGET, COMMON_DOCS, keywordPlan, PG_ANY_WORD_BUDGET, PG_SCORE_BUDGET, SCORE_BUDGET, termDocCounts } from './keyword-plan.js';
+import { ANY_WORD_BUDGET, COMMON_DOCS, keywordPlan, pgKeywordPlan, SCORE_BUDGET, termDocCounts } from './keyword-plan.js';
 import { byCoverage } from './keyword.js';
 import { loadSnapshot, newestVisibleCommit } from './snapshot.js';
 import { snapshotKeyword, snapshotLinked, snapshotVector } from './snapshot-rank.js';
@@ -89,7 +89,7 @@ export async function keywordList(ctx: RetrievalContext, p: Principal, scope: Sc
   const docs = await termDocCounts(ctx.store, terms, counted);
   const pg = ctx.store.dialect === 'postgres';
   const planFor = (op: 'AND' | 'OR', words: string[]) =>
-    pg ? keywordPlan(words, op, docs, PG_SCORE_BUDGET, PG_ANY_WORD_BUDGET) : keywordPlan(words, op, docs, op === 'OR' ? ANY_WORD_BUDGET : SCORE_BUDGET);
+    pg ? pgKeywordPlan(words, op, docs) : keywordPlan(words, op, docs, op === 'OR' ? ANY_WORD_BUDGET : SCORE_BUDGET);
   const run = async (op: 'AND' | 'OR', words: string[]) => {
     const plan = planFor(op, words);
     const list = await keywordCandidates(ctx, p, scope, plan, limit, docs);

@@ -24,6 +24,7 @@ import * as m021 from './migrations/021_section_archived.js';
 import * as m022 from './migrations/022_index_text.js';
 import * as m023 from './migrations/023_pg_wide_rows.js';
 import * as m024 from './migrations/024_versions_by_commit.js';
+import * as m025 from './migrations/025_section_tokens.js';
 
 interface Migration {
   name: string;
@@ -56,6 +57,7 @@ const MIGRATIONS: Migration[] = [
   { name: '022_index_text', up: m022.up },
   { name: '023_pg_wide_rows', up: m023.up },
   { name: '024_versions_by_commit', up: m024.up },
+  { name: '025_section_tokens', up: m025.up },
 ];
 
 /**

@@ -317,6 +317,8 @@ export interface PageSectionsTable {
   level: number;
   /** 1 when the section's page is archived, else 0 (migration 021). */
   archived: number;
+  /** Its length in words, title and heading included (keyword.ts countWords; migration 025). */
+  tokens: Generated<number>;
 }
 
 export interface PageLinksTable {

@@ -10,6 +10,7 @@ import {
   keywordPlan,
   PG_ANY_WORD_BUDGET,
   PG_SCORE_BUDGET,
+  pgKeywordPlan,
   SCORE_BUDGET,
   termDocCounts,
   type KeywordPlan,
@@ -111,6 +112,22 @@ describe('keywordPlan', () => {
     const mid = counts({ often: PG_ANY_WORD_BUDGET, once: 1 });
     expect(keywordPlan(['often', 'once'], 'OR', mid, ANY_WORD_BUDGET).terms).toEqual(['often', 'once']);
     expect(keywordPlan(['often', 'once'], 'OR', mid, PG_SCORE_BUDGET, PG_ANY_WORD_BUDGET).terms).toEqual(['once']);
+  });
+
+  it('PostgreSQL matches the words its own budget keeps and weighs those SQLite’s keeps', () => {
+    const docs = counts({ often: PG_ANY_WORD_BUDGET, once: 1, common: COMMON_DOCS + 1 });
+    expect(pgKeywordPlan(['often', 'once', 'common'], 'OR', docs)).toEqual({
+      terms: ['once'],
+      op: 'OR',
+      scored: true,
+      newest: null,
+      weighed: ['often', 'once'],
+    });
+    // Nothing more to weigh: no `weighed`; all words, or unscored: none either.
+    expect(pgKeywordPlan(['often', 'once'], 'OR', counts({ often: 5, once: 1 }))).not.toHaveProperty('weighed');
+    expect(pgKeywordPlan(['often', 'once'], 'AND', docs)).not.toHaveProperty('weighed');
+    expect(pgKeywordPlan(['common'], 'OR', docs)).toMatchObject({ scored: false });
+    expect(pgKeywordPlan(['common'], 'OR', docs)).not.toHaveProperty('weighed');
   });
 
   it('OR keeps at least the rarest word even when it alone is past the budget, scoring only the newest', () => {
@@ -447,6 +464,45 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
     expect(list.anyWord).toBe(true);
     expect(pathsOf(list)[0]).toBe('idf/rare.md');
     expect(pathsOf(list)).toHaveLength(4);
+  });
+
+  it('measures a section’s length in words, as FTS5 does: a section repeating other words is long, and the short one ranks first', async () => {
+    // By distinct words the two sections are alike in length, and the second holds `quorble`
+    // twice; by words it is thirty times longer (migration 025 on PostgreSQL).
+    const other = await signupHuman(s.url, 'Lengths');
+    const session = other.client.cookies.get(SESSION_COOKIE);
+    const me = await principalOf({ session: decodeURIComponent(session!) });
+    const pages: [string, string][] = [
+      ['len/short.md', 'The quorble sits near seven small round stones today.\n'],
+      ['len/long.md', `The quorble and the quorble ${'again '.repeat(300)}today.\n`],
+      ...Array.from({ length: 4 }, (_, i): [string, string] => [`len/filler${i}.md`, `Filler words number ${i} here today.\n`]),
+    ];
+    for (const [path, body] of pages) {
+      const res = await other.client.post('/api/v1/nodes', { path, content: `# Page\n\n${body}` });
+      expect(res.status, res.text.slice(0, 300)).toBe(201);
+    }
+    expect(pathsOf(await keywordList(s.ctx, me, scope(), ['quorble'], 10))).toEqual(['len/short.md', 'len/long.md']);
+  });
+
+  it.runIf(!sqlite)('PostgreSQL scores a match by the words weighed, not only by those matched', async () => {
+    // Its own workspace: eight sections. `zorbit` twice in one, once beside the rare `quampy` in
+    // another. By `zorbit` alone the repeat ranks first; weighing `quampy` too, the other does.
+    const other = await signupHuman(s.url, 'Weigh');
+    const session = other.client.cookies.get(SESSION_COOKIE);
+    const me = await principalOf({ session: decodeURIComponent(session!) });
+    const pages: [string, string][] = [
+      ['w/both.md', 'The zorbit met a quampy there.\n'],
+      ['w/twice.md', 'The zorbit met a zorbit there.\n'],
+      ...Array.from({ length: 6 }, (_, i): [string, string] => [`w/filler${i}.md`, `Filler words number ${i} here.\n`]),
+    ];
+    for (const [path, body] of pages) {
+      const res = await other.client.post('/api/v1/nodes', { path, content: `# Page\n\n${body}` });
+      expect(res.status, res.text.slice(0, 300)).toBe(201);
+    }
+    const docs = await termDocCounts(s.ctx.store, ['zorbit', 'quampy'], { workspaceId: me.workspaceId, ceiling: 'secret' });
+    const plan: KeywordPlan = { terms: ['zorbit'], op: 'OR', scored: true, newest: null };
+    expect(pathsOf(await keywordCandidates(s.ctx, me, scope(), plan, 10, docs))).toEqual(['w/twice.md', 'w/both.md']);
+    expect(pathsOf(await keywordCandidates(s.ctx, me, scope(), { ...plan, weighed: ['zorbit', 'quampy'] }, 10, docs))).toEqual(['w/both.md', 'w/twice.md']);
   });
 
   it('an any-word query past the engine’s budget still ranks the old sections holding its rarest word first', async () => {

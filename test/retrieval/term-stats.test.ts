@@ -40,11 +40,13 @@ describe.skipIf(!testEngines().includes('postgres'))('word statistics follow eve
   /** term_stats against a fresh count, and every section's level against its page's. */
   async function expectConsistent(): Promise<void> {
     const kept = await c.query<{ k: string; docs: number }>(
-      `select workspace_id || ' ' || lexeme || ' ' || level as k, docs from term_stats where docs <> 0 order by 1`,
+      `select workspace_id || ' ' || lexeme || ' ' || level as k, docs::int as docs from term_stats where docs <> 0 order by 1`,
     );
     const fresh = await c.query<{ k: string; docs: number }>(
       `select s.workspace_id || ' ' || x.lexeme || ' ' || s.level as k, count(*)::int as docs
-       from page_sections s cross join unnest(tsvector_to_array(s.tsv) || '{""}'::text[]) as x(lexeme) group by 1 order by 1`,
+       from page_sections s cross join unnest(tsvector_to_array(s.tsv) || '{""}'::text[]) as x(lexeme) group by 1
+       union all
+       select workspace_id || '   ' || level, sum(tokens)::int from page_sections group by workspace_id, level having sum(tokens) <> 0 order by 1`,
     );
     expect(kept.rows.length).toBeGreaterThan(0);
     expect(kept.rows).toEqual(fresh.rows);
@@ -206,4 +208,61 @@ describe.each(testEngines())('migration 016 on an existing deployment (%s)', (en
       await tdb.cleanup();
     }
   }, 60_000);
+  it.runIf(engine === 'postgres')(
+    'migration 025 counts the words of the sections already written, and searches use them',
+    async () => {
+      const tdb = await createTestDatabase(engine);
+      try {
+        const first = await startServerOn(tdb);
+        const h = await signupHuman(first.url, 'Tokens');
+        for (const [path, body] of [
+          ['tk/a.md', 'One two three four.'],
+          ['tk/b.md', 'Five six, seven-eight nine!'],
+        ] as const) {
+          expectStatus(await h.client.post('/api/v1/nodes', { path, content: `# ${path}\n\n${body}\n` }), 201);
+        }
+        await first.close();
+
+        // Back to the schema before migration 025.
+        const store = await openStore({ dataDir: tdb.dataDir, databaseUrl: tdb.databaseUrl });
+        await sql`alter table page_sections drop column tokens`.execute(store.db);
+        await sql`drop function cv_section_tokens(text, text, text)`.execute(store.db);
+        await sql`delete from term_stats where lexeme = ' '`.execute(store.db);
+        await sql`alter table term_stats alter column docs type integer`.execute(store.db);
+        await sql`delete from schema_migrations where name = '025_section_tokens'`.execute(store.db);
+        await store.close();
+
+        const second = await startServerOn(tdb);
+        try {
+          const db = second.ctx.store.db;
+          // Title and heading `tk/a.md` three words each, the text (heading line included) seven (eight for b).
+          const tokens = (
+            await sql<{ path: string; tokens: number }>`select p.path, s.tokens from page_sections s join pages p on p.id = s.page_id order by 1`.execute(db)
+          ).rows;
+          expect(tokens).toEqual([
+            { path: 'tk/a.md', tokens: 13 },
+            { path: 'tk/b.md', tokens: 14 },
+          ]);
+          const sum = await sql<{ docs: string }>`select docs from term_stats where workspace_id = ${h.workspace.id} and lexeme = ' '`.execute(db);
+          expect(sum.rows.map((r) => Number(r.docs))).toEqual([27]);
+          const counts = await termDocCounts(second.ctx.store, ['five'], { workspaceId: h.workspace.id, ceiling: 'secret' });
+          expect(counts.avgTokens).toBe(13.5);
+          // A write after it keeps the sum.
+          const c = new Client(second.url);
+          c.cookies = h.client.cookies;
+          expectStatus(await c.post('/api/v1/nodes', { path: 'tk/c.md', content: '# C\n\nTen.\n' }), 201);
+          const after = await sql<{ docs: string }>`select docs from term_stats where workspace_id = ${h.workspace.id} and lexeme = ' '`.execute(db);
+          expect(after.rows.map((r) => Number(r.docs))).toEqual([27 + 4]);
+          const r = await c.get('/api/v1/search?q=seven&mode=fts');
+          expectStatus(r, 200);
+          expect(r.body.results.map((x: { path: string }) => x.path)).toEqual(['tk/b.md']);
+        } finally {
+          await second.close();
+        }
+      } finally {
+        await tdb.cleanup();
+      }
+    },
+    60_000,
+  );
 });
