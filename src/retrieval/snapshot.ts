@@ -2,10 +2,10 @@ import { sql } from 'kysely';
 import { badRequest } from '../errors/index.js';
 import { extractLinks, extractTags, extractTitle, parseDocument } from '../markdown/index.js';
 import type { Principal } from '../policy/principal.js';
-import type { Level } from '../policy/sensitivity.js';
+import { atOrBelow, LEVELS, type Level } from '../policy/sensitivity.js';
 import { resolveCommit, type CommitRef } from '../store/commits.js';
 import { ObjectStore } from '../store/git/object-store.js';
-import { folderPath, visible, type Scope } from './candidates.js';
+import { folderPath, reachSql, visible, widestCeiling, type Scope } from './candidates.js';
 import { chunkBody, type Chunk } from './chunking.js';
 import type { RetrievalContext } from './context.js';
 import { linkLevels } from './indexer.js';
@@ -215,52 +215,32 @@ export async function loadSnapshot(ctx: RetrievalContext, p: Principal, scope: S
   return { commit, pages, paths };
 }
 
-/** Versions read per round while looking for the newest one the caller may see. */
-const NEWEST_BATCH = 200;
-
 /**
  * The commit a live answer is "as of" for this caller: the newest that changed a page the
  * caller may see today (the snapshot's test on the page as it is now; deleted pages count, as
  * the snapshot shows them as they were). A page hidden today is in no snapshot of theirs, so
  * every commit from this one on replays the same pages for them; naming the workspace's newest
  * instead would move with writes they cannot see and tell them when those happen. Null when no
- * commit changed a page they may see.
+ * commit changed a page they may see. One statement: the versions are walked newest first by
+ * their index and judged in SQL (judged in rounds here, the time of an answer grew with the
+ * hidden versions written since the caller's last visible one, an attack found).
  */
 export async function newestVisibleCommit(ctx: RetrievalContext, p: Principal, action: Scope['action']): Promise<CommitRef | null> {
-  const db = ctx.store.db;
-  // Keyset by (commit, page): one commit may hold more versions than a round reads.
-  let before: { seq: number; page: string } | null = null;
-  for (;;) {
-    const b: { seq: number; page: string } | null = before;
-    const rows = await db
-      .selectFrom('page_versions')
-      .innerJoin('pages', (j) => j.onRef('pages.id', '=', 'page_versions.page_id').onRef('pages.workspace_id', '=', 'page_versions.workspace_id'))
-      .select(['page_versions.commit_seq as seq', 'page_versions.page_id as page', 'pages.path as path', 'pages.sensitivity as sensitivity'])
-      .where('page_versions.workspace_id', '=', p.workspaceId)
-      .$if(b !== null, (q) =>
-        q.where((eb) =>
-          eb.or([
-            eb('page_versions.commit_seq', '<', b!.seq),
-            eb.and([eb('page_versions.commit_seq', '=', b!.seq), eb('page_versions.page_id', '<', b!.page)]),
-          ]),
-        ),
-      )
-      .orderBy('page_versions.commit_seq', 'desc')
-      .orderBy('page_versions.page_id', 'desc')
-      .limit(NEWEST_BATCH)
-      .execute();
-    const hit = rows.find((r) => visible(p, action, { path: r.path, sensitivity: r.sensitivity, block_level: null }));
-    if (hit) {
-      const c = await db
-        .selectFrom('commits')
-        .select(['sha', 'seq', 'created_at'])
-        .where('workspace_id', '=', p.workspaceId)
-        .where('seq', '=', Number(hit.seq))
-        .executeTakeFirstOrThrow();
-      return { ...c, seq: Number(c.seq) };
-    }
-    if (rows.length < NEWEST_BATCH) return null;
-    const last: { seq: number | string; page: string } = rows[rows.length - 1]!;
-    before = { seq: Number(last.seq), page: last.page };
-  }
+  const ceiling = widestCeiling(p, action);
+  if (ceiling === null) return null;
+  const levels = LEVELS.filter((l) => atOrBelow(l, ceiling));
+  const reach = reachSql(p, action);
+  const ws = p.workspaceId;
+  // reachSql judges sections (`s`); a page's own test is a section outside every block.
+  const row = (
+    await sql<{ sha: string; seq: number | string; created_at: string }>`
+    select c.sha, c.seq, c.created_at from commits c
+    where c.workspace_id = ${ws} and c.seq = (
+      select v.commit_seq from page_versions v
+      join pages p on p.id = v.page_id and p.workspace_id = v.workspace_id
+      cross join (select cast(null as text) as block_level) s
+      where v.workspace_id = ${ws} and p.sensitivity in (${sql.join(levels)}) ${reach ? sql`and ${reach}` : sql``}
+      order by v.commit_seq desc limit 1)`.execute(ctx.store.db)
+  ).rows[0];
+  return row ? { sha: row.sha, seq: Number(row.seq), created_at: row.created_at } : null;
 }
