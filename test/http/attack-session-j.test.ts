@@ -4,7 +4,7 @@ import { testEngines } from '../support/engines.js';
 import { waitForVectors } from '../support/embeddings-server.js';
 import { expectError } from '../support/expect.js';
 import { call, connectMcp, ok } from '../mcp/support.js';
-import { Client, createAgentWithKey, joinAs, signupHuman, startTestServer, type TestServer } from '../support/server.js';
+import { Client, createAgentWithKey, createReaderAgent, joinAs, signupHuman, startTestServer, type TestServer } from '../support/server.js';
 
 /**
  * Attack session j, on the uncommitted point-in-time retrieval (issue 20): `at=<sha>` on
@@ -111,26 +111,10 @@ describe.each(testEngines())('attack j: point-in-time retrieval (%s)', (engine) 
         ['read', 'write', 'search', 'admin'].map((action) => ({ action })),
       )
     ).client;
-    const ik = await createAgentWithKey(
-      owner,
-      [
-        { action: 'read', ceiling: 'internal' },
-        { action: 'search', ceiling: 'internal' },
-      ],
-      { ceiling: 'internal' },
-    );
+    const ik = await createReaderAgent(owner, 'internal');
     internal = ik.client;
     internalKey = ik.key;
-    narrow = (
-      await createAgentWithKey(
-        owner,
-        [
-          { action: 'read', scope: 'ops', ceiling: 'internal' },
-          { action: 'search', scope: 'ops', ceiling: 'internal' },
-        ],
-        { ceiling: 'internal' },
-      )
-    ).client;
+    narrow = (await createReaderAgent(owner, 'internal', 'ops')).client;
     const o = await signupHuman(s.url, 'Other');
     other = { client: o.client, slug: o.workspace.slug, id: o.workspace.id, principal: o.id };
 

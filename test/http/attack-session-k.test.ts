@@ -7,7 +7,7 @@ import { testEngines } from '../support/engines.js';
 import { expectError } from '../support/expect.js';
 import { finished, postJson } from '../support/imports.js';
 import { call, connectMcp, ok } from '../mcp/support.js';
-import { createAgentWithKey, signupHuman, startTestServer, type Client, type TestServer } from '../support/server.js';
+import { createAgentWithKey, createReaderAgent, signupHuman, startTestServer, type Client, type TestServer } from '../support/server.js';
 
 /**
  * Attack session k, on two fresh changes:
@@ -115,7 +115,7 @@ describe.each(testEngines())('attack k: a live bundle’s `at` (%s)', (engine) =
     if (live.at === null) return live;
     const again = await bundle(c, { intent, include_links: true, at: live.at });
     expect(again.at).toBe(live.at);
-    expect(held(again), `${intent}: ${live.sections.length} sections, ${JSON.stringify(live).slice(0, 0)}`).toEqual(held(live));
+    expect(held(again), `${intent}: ${live.sections.length} sections`).toEqual(held(live));
     return live;
   };
 
@@ -124,24 +124,10 @@ describe.each(testEngines())('attack k: a live bundle’s `at` (%s)', (engine) =
     const signed = await signupHuman(s.url, 'Kay');
     owner = signed.client;
     expectOk(await owner.post('/api/auth/stepup', { password: PASSWORD }));
-    const ik = await createAgentWithKey(
-      owner,
-      [
-        { action: 'read', ceiling: 'internal' },
-        { action: 'search', ceiling: 'internal' },
-      ],
-      { ceiling: 'internal' },
-    );
+    const ik = await createReaderAgent(owner, 'internal');
     internal = ik.client;
     internalKey = ik.key;
-    const nk = await createAgentWithKey(
-      owner,
-      [
-        { action: 'read', scope: 'ops', ceiling: 'internal' },
-        { action: 'search', scope: 'ops', ceiling: 'internal' },
-      ],
-      { ceiling: 'internal' },
-    );
+    const nk = await createReaderAgent(owner, 'internal', 'ops');
     narrow = nk.client;
     narrowKey = nk.key;
     mcpInternal = await connectMcp(s.url, internalKey);
@@ -356,14 +342,7 @@ describe.each(testEngines())('attack k: a live bundle’s `at` (%s)', (engine) =
   });
 
   it('`at` is null when no commit changed a page the caller may see, and the markdown then states no commit', async () => {
-    const nowhere = await createAgentWithKey(
-      owner,
-      [
-        { action: 'read', scope: 'nowhere', ceiling: 'internal' },
-        { action: 'search', scope: 'nowhere', ceiling: 'internal' },
-      ],
-      { ceiling: 'internal' },
-    );
+    const nowhere = await createReaderAgent(owner, 'internal', 'nowhere');
     const m = await connectMcp(s.url, nowhere.key);
     try {
       // A scope naming nothing the caller reads is refused (issue 13); the workspace-wide live bundle answers null.

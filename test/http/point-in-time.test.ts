@@ -6,7 +6,7 @@ import { loadSnapshot } from '../../src/retrieval/snapshot.js';
 import { testEngines } from '../support/engines.js';
 import { waitForVectors } from '../support/embeddings-server.js';
 import { expectError } from '../support/expect.js';
-import { createAgentWithKey, signupHuman, startTestServer, type Client, type TestServer } from '../support/server.js';
+import { createAgentWithKey, createReaderAgent, signupHuman, startTestServer, type Client, type TestServer } from '../support/server.js';
 import { call, connectMcp, ok } from '../mcp/support.js';
 
 /**
@@ -68,16 +68,7 @@ describe.each(testEngines())('point-in-time search and bundle (%s)', (engine) =>
         ['read', 'write', 'search', 'admin'].map((action) => ({ action })),
       )
     ).client;
-    internal = (
-      await createAgentWithKey(
-        owner,
-        [
-          { action: 'read', ceiling: 'internal' },
-          { action: 'search', ceiling: 'internal' },
-        ],
-        { ceiling: 'internal' },
-      )
-    ).client;
+    internal = (await createReaderAgent(owner, 'internal')).client;
     narrow = (
       await createAgentWithKey(owner, [
         { action: 'read', scope: 'ops' },

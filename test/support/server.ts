@@ -150,6 +150,15 @@ export async function createAgentWithKey(
   return { id: a.body.id, key: k.body.key, keyId: k.body.id, client: new Client(human.base, k.body.key) };
 }
 
+/** An agent that reads and searches up to `ceiling` (inside `scope` when given): the usual reader of the attack suites. */
+export function createReaderAgent(human: Client, ceiling: string, scope?: string): ReturnType<typeof createAgentWithKey> {
+  return createAgentWithKey(
+    human,
+    ['read', 'search'].map((action) => ({ action, ceiling, ...(scope ? { scope } : {}) })),
+    { ceiling },
+  );
+}
+
 export const ALL = ['read', 'write', 'search', 'propose', 'collab', 'admin'];
 
 /**
