@@ -9,7 +9,8 @@ import type { Store } from './db.js';
  * turned off on the operator's server (it is on the test machines). So the service refreshes
  * them itself: every CHECK_MS one node (a transaction-scoped advisory lock, so nodes do not
  * repeat each other's work) analyzes each table changed by more than a tenth since its last
- * ANALYZE. SQLite plans from its own indexes and needs nothing of this.
+ * ANALYZE, and vacuums each table whose dead row versions reach a fifth of its live ones.
+ * SQLite plans from its own indexes and needs nothing of this.
  */
 
 /** How often a node looks at the tables' change counts. */
@@ -20,10 +21,19 @@ const MIN_CHANGES = 200;
 const CHANGED_ONE_IN = 10;
 /** The advisory lock one node holds while it analyzes (migrations use 7714201). */
 const LOCK_KEY = 7714202;
+/** ...and while it vacuums (a session lock: VACUUM runs outside transactions). */
+const VACUUM_LOCK_KEY = 7714203;
+/** A table is vacuumed once it holds this many dead row versions... */
+const MIN_DEAD = 1_000;
+/** ...and at least one for every this-many live rows. */
+const DEAD_ONE_IN = 5;
 
 export class StatisticsKeeper {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<string[]> | undefined;
+  /** The backend running this node's VACUUM, cancelled on stop (a large table takes minutes). */
+  private vacuumPid: number | undefined;
+  private stopping = false;
 
   constructor(
     private readonly store: Store,
@@ -33,19 +43,24 @@ export class StatisticsKeeper {
   start(): void {
     if (this.store.dialect !== 'postgres' || this.timer) return;
     this.timer = setInterval(() => {
-      this.tick().catch(this.onError);
+      this.tick().catch((err: unknown) => {
+        if (!this.stopping) this.onError(err);
+      });
     }, CHECK_MS);
     this.timer.unref();
   }
 
   /** Stops the timer and waits for a round in progress. */
   async stop(): Promise<void> {
+    this.stopping = true;
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
+    // A VACUUM stopped half-way loses nothing; waiting for it would hold the shutdown.
+    if (this.vacuumPid !== undefined) await sql`select pg_cancel_backend(${this.vacuumPid})`.execute(this.store.db).catch(() => undefined);
     await this.running?.catch(() => undefined);
   }
 
-  /** One round: the tables analyzed (none when another node holds the lock, or nothing changed much). */
+  /** One round: the tables analyzed or vacuumed (none when another node holds the lock, or nothing changed much). */
   tick(): Promise<string[]> {
     if (this.store.dialect !== 'postgres') return Promise.resolve([]);
     this.running ??= this.round().finally(() => (this.running = undefined));
@@ -53,6 +68,41 @@ export class StatisticsKeeper {
   }
 
   private async round(): Promise<string[]> {
+    const analyzed = await this.analyzeRound();
+    const vacuumed = await this.vacuumRound();
+    return [...new Set([...analyzed, ...vacuumed])];
+  }
+
+  /**
+   * Tables where more than a fifth of the rows are dead versions (a bulk rewrite, a migration's
+   * update) are vacuumed: dead versions and the full-text index's pending entries made keyword
+   * search about twice as slow until autovacuum came (or forever, with it off). VACUUM cannot
+   * run in a transaction, so one connection holds a session-level advisory lock meanwhile.
+   */
+  private async vacuumRound(): Promise<string[]> {
+    return this.store.db.connection().execute(async (conn) => {
+      const lock = await sql<{ ok: boolean }>`select pg_try_advisory_lock(${VACUUM_LOCK_KEY}) as ok`.execute(conn);
+      if (!lock.rows[0]?.ok) return [];
+      try {
+        const dead = await sql<{ relname: string }>`
+          select relname from pg_stat_user_tables
+          where schemaname = current_schema()
+            and n_dead_tup >= ${MIN_DEAD}
+            and n_dead_tup * ${DEAD_ONE_IN} >= n_live_tup
+          order by relname`.execute(conn);
+        const names = dead.rows.map((r) => r.relname);
+        if (names.length === 0 || this.stopping) return [];
+        this.vacuumPid = (await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(conn)).rows[0]?.pid;
+        for (const name of names) await sql`vacuum (analyze) ${sql.id(name)}`.execute(conn);
+        return names;
+      } finally {
+        this.vacuumPid = undefined;
+        await sql`select pg_advisory_unlock(${VACUUM_LOCK_KEY})`.execute(conn);
+      }
+    });
+  }
+
+  private async analyzeRound(): Promise<string[]> {
     return this.store.db.transaction().execute(async (trx) => {
       const lock = await sql<{ ok: boolean }>`select pg_try_advisory_xact_lock(${LOCK_KEY}) as ok`.execute(trx);
       if (!lock.rows[0]?.ok) return [];

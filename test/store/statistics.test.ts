@@ -78,4 +78,36 @@ describe.skipIf(!testEngines().includes('postgres'))('planner statistics (postgr
     // Its own waits allow 30 s for the counts to show and 30 s of rounds: under a full CI run the
     // writes and the counts took past vitest's default 30 s once.
   }, 120_000);
+  it('pages rewritten until a fifth of their sections are dead versions are vacuumed by the service', async () => {
+    const human = await signupHuman(s.url, 'Vacuum');
+    const agent = await createAgentWithKey(human.client, [{ action: 'read' }, { action: 'write' }]);
+    const vacuumed = async (table: string) =>
+      Number((await c.query<{ n: string }>(`select vacuum_count as n from pg_stat_user_tables where relname = $1`, [table])).rows[0]?.n ?? 0);
+    const dead = async (table: string) =>
+      Number((await c.query<{ n: string }>(`select n_dead_tup as n from pg_stat_user_tables where relname = $1`, [table])).rows[0]?.n ?? 0);
+    const before = await vacuumed('page_sections');
+    const ids: string[] = [];
+    for (let n = 0; n < 120; n++) {
+      const r = await agent.client.post('/api/v1/nodes', { path: `rewrite/p${n}.md`, content: `# Page ${n}\n\nfirst ${n}\n\n## Two\n\nsecond ${n}\n` });
+      expect(r.status, r.text).toBe(201);
+      ids.push(r.body.id as string);
+    }
+    // Each rewrite replaces the page's sections: their old versions are dead until a vacuum.
+    for (let round = 1; round <= 6; round++) {
+      await Promise.all(
+        ids.map(async (id, n) => {
+          const r = await agent.client.put(`/api/v1/nodes/${id}`, { content: `# Page ${n}\n\nround ${round} ${n}\n\n## Two\n\nagain ${round}\n` });
+          expect(r.status, r.text).toBe(200);
+        }),
+      );
+    }
+    // Autovacuum is off for this table here: only the service's rounds (the test's or its own
+    // timer's) can vacuum it.
+    for (let i = 0; i < 60 && (await vacuumed('page_sections')) <= before; i++) {
+      await s.statistics.tick();
+      if ((await vacuumed('page_sections')) <= before) await new Promise((r) => setTimeout(r, 500));
+    }
+    expect(await vacuumed('page_sections')).toBeGreaterThan(before);
+    expect(await dead('page_sections')).toBeLessThan(1_000);
+  }, 120_000);
 });
