@@ -166,7 +166,7 @@ export function pgTsQuery(terms: string[], op: 'AND' | 'OR'): RawBuilder<unknown
  * (inverseFrequency), the same words kept as SQLite keeps (keywordPlan) and the index reading
  * text as queries do (migration 022): 0.759 and 0.586. Lengths in words against the workspace's
  * average, as FTS5 measures them, instead of distinct lexemes against the matches' (migration
- * 025; issue 20): man-page set fts 0.678 → 0.686.
+ * 025; issue 20): man-page set fts 0.678 → 0.688.
  */
 export function pgRank(terms: string[], docs: DocCounts | undefined, tq: RawBuilder<unknown>): { cols: RawBuilder<unknown>; score: RawBuilder<unknown> } {
   if (!docs || terms.length === 0) return { cols: sql`ts_rank_cd(s.tsv, ${tq}) as r0, s.tokens as len`, score: sql`m.r0` };
