@@ -1,5 +1,5 @@
 import { sql } from 'kysely';
-import type { Store } from './db.js';
+import type { Executor, Store } from './db.js';
 
 /**
  * Keeps PostgreSQL's planner statistics current (issue 18). The planner picks index or
@@ -84,13 +84,7 @@ export class StatisticsKeeper {
       const lock = await sql<{ ok: boolean }>`select pg_try_advisory_lock(${VACUUM_LOCK_KEY}) as ok`.execute(conn);
       if (!lock.rows[0]?.ok) return [];
       try {
-        const dead = await sql<{ relname: string }>`
-          select relname from pg_stat_user_tables
-          where schemaname = current_schema()
-            and n_dead_tup >= ${MIN_DEAD}
-            and n_dead_tup * ${DEAD_ONE_IN} >= n_live_tup
-          order by relname`.execute(conn);
-        const names = dead.rows.map((r) => r.relname);
+        const names = await tablesPast(conn, 'n_dead_tup', MIN_DEAD, DEAD_ONE_IN);
         if (names.length === 0 || this.stopping) return [];
         this.vacuumPid = (await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(conn)).rows[0]?.pid;
         for (const name of names) await sql`vacuum (analyze) ${sql.id(name)}`.execute(conn);
@@ -106,15 +100,19 @@ export class StatisticsKeeper {
     return this.store.db.transaction().execute(async (trx) => {
       const lock = await sql<{ ok: boolean }>`select pg_try_advisory_xact_lock(${LOCK_KEY}) as ok`.execute(trx);
       if (!lock.rows[0]?.ok) return [];
-      const stale = await sql<{ relname: string }>`
-        select relname from pg_stat_user_tables
-        where schemaname = current_schema()
-          and n_mod_since_analyze >= ${MIN_CHANGES}
-          and n_mod_since_analyze * ${CHANGED_ONE_IN} >= n_live_tup
-        order by relname`.execute(trx);
-      const names = stale.rows.map((r) => r.relname);
+      const names = await tablesPast(trx, 'n_mod_since_analyze', MIN_CHANGES, CHANGED_ONE_IN);
       for (const name of names) await sql`analyze ${sql.id(name)}`.execute(trx);
       return names;
     });
   }
+}
+
+/** The schema's tables whose `column` (a row count of pg_stat_user_tables) is at least `min` and one in `oneIn` of their live rows. */
+async function tablesPast(db: Executor, column: 'n_dead_tup' | 'n_mod_since_analyze', min: number, oneIn: number): Promise<string[]> {
+  const c = sql.ref(column);
+  const r = await sql<{ relname: string }>`
+    select relname from pg_stat_user_tables
+    where schemaname = current_schema() and ${c} >= ${min} and ${c} * ${oneIn} >= n_live_tup
+    order by relname`.execute(db);
+  return r.rows.map((x) => x.relname);
 }
