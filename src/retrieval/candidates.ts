@@ -154,7 +154,8 @@ export async function sectionsOfPages(ctx: RetrievalContext, pageIds: readonly s
   ).rows;
 }
 
-function allowedLevels(p: Principal, action: Action): Level[] | null {
+/** The levels the caller's widest ceiling for the action reads (null: none). */
+export function allowedLevels(p: Principal, action: Action): Level[] | null {
   const ceiling = widestCeiling(p, action);
   return ceiling === null ? null : LEVELS.filter((l) => atOrBelow(l, ceiling));
 }

@@ -2,10 +2,10 @@ import { sql } from 'kysely';
 import { badRequest } from '../errors/index.js';
 import { extractLinks, extractTags, extractTitle, parseDocument } from '../markdown/index.js';
 import type { Principal } from '../policy/principal.js';
-import { atOrBelow, LEVELS, type Level } from '../policy/sensitivity.js';
+import type { Level } from '../policy/sensitivity.js';
 import { resolveCommit, type CommitRef } from '../store/commits.js';
 import { ObjectStore } from '../store/git/object-store.js';
-import { folderPath, reachSql, visible, widestCeiling, type Scope } from './candidates.js';
+import { allowedLevels, folderPath, reachSql, visible, type Scope } from './candidates.js';
 import { chunkBody, type Chunk } from './chunking.js';
 import type { RetrievalContext } from './context.js';
 import { linkLevels } from './indexer.js';
@@ -226,9 +226,8 @@ export async function loadSnapshot(ctx: RetrievalContext, p: Principal, scope: S
  * hidden versions written since the caller's last visible one, an attack found).
  */
 export async function newestVisibleCommit(ctx: RetrievalContext, p: Principal, action: Scope['action']): Promise<CommitRef | null> {
-  const ceiling = widestCeiling(p, action);
-  if (ceiling === null) return null;
-  const levels = LEVELS.filter((l) => atOrBelow(l, ceiling));
+  const levels = allowedLevels(p, action);
+  if (levels === null) return null;
   const reach = reachSql(p, action);
   const ws = p.workspaceId;
   // reachSql judges sections (`s`); a page's own test is a section outside every block.
