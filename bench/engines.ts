@@ -873,7 +873,7 @@ export async function benchEngines(opts: EnginesOptions): Promise<Record<string,
         corpus,
         queries,
         opts,
-        async () => ({ journal: 'WAL, synchronous=FULL (src/store/db.ts)', data_dir_bytes: dirBytes(dataDir) }),
+        async () => ({ journal: 'WAL, synchronous=NORMAL + group commit (src/store/db.ts, wal-sync.ts)', data_dir_bytes: dirBytes(dataDir) }),
         () => [],
       );
       out.sqlite = run.result;

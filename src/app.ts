@@ -14,7 +14,7 @@ import { registerMetrics } from './http/metrics.js';
 import { openRateLimitStore } from './store/rate-limits.js';
 import { restFace } from './http/rest-face.js';
 import { decoratePrincipal } from './http/shared/caller.js';
-import { sendError, toServiceError, UNAVAILABLE_RETRY_S } from './http/shared/errors.js';
+import { errorBody, sendError, toServiceError, UNAVAILABLE_RETRY_S } from './http/shared/errors.js';
 import { gitFace } from './git/face.js';
 import { mcpFace } from './mcp/face.js';
 import { oauthFace } from './oauth/face.js';
@@ -83,6 +83,27 @@ export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise
   });
   app.addHook('preClose', async () => {
     closing = true;
+  });
+  // Group commit (SQLite): no answer leaves before every write committed ahead of it is on
+  // disk, so a reader never sees, and acts on, a write that a power cut could still take back.
+  // Writes wait in inTransaction already; this covers writes made outside one (sessions) and
+  // reads that saw a commit still syncing. Nothing pending (the usual case): no wait at all.
+  app.addHook('onSend', (_req, reply, payload, done) => {
+    if (!ctx.store.syncPending()) {
+      done(null, payload);
+      return;
+    }
+    ctx.store.durable().then(
+      () => done(null, payload),
+      (e: unknown) => {
+        // The log could not be synced (wal-sync.ts): what this answer says may not be on disk.
+        // The answer is replaced here, not thrown: an error would come back through this hook.
+        const err = new ServiceError(503, 'unavailable', e instanceof Error ? e.message : 'The store cannot make writes durable');
+        reply.removeHeader('content-length');
+        reply.code(503).header('Retry-After', String(UNAVAILABLE_RETRY_S)).type('application/json; charset=utf-8');
+        done(null, JSON.stringify(errorBody(err)));
+      },
+    );
   });
 
   app.setErrorHandler((err, req, reply) => sendError(reply, toServiceError(err, req)));

@@ -36,7 +36,15 @@ const REAP_IDLE_MS = 50;
 
 /** Opens the store, builds the app and listens; `close` drains requests, flushes and closes the store. */
 export async function startServer(config: Config, opts: AppOptions = {}): Promise<RunningServer> {
-  const store = await openStore({ dataDir: config.dataDir, databaseUrl: config.databaseUrl, cacheMb: config.sqliteCacheMb, poolMax: config.databasePoolMax });
+  // Set once the app's logger exists: a sync failure before that is thrown by openStore itself.
+  let logSyncFailure = (_err: Error) => {};
+  const store = await openStore({
+    dataDir: config.dataDir,
+    databaseUrl: config.databaseUrl,
+    cacheMb: config.sqliteCacheMb,
+    poolMax: config.databasePoolMax,
+    onSyncFailure: (err) => logSyncFailure(err),
+  });
   const touches = new TouchBuffer(store);
   touches.start();
   const notifier = new Notifier();
@@ -47,6 +55,7 @@ export async function startServer(config: Config, opts: AppOptions = {}): Promis
   const ctx: CoreContext = { store, config, touches, notifier, retrieval };
   const app = await buildApp(ctx, opts);
   ctx.log = app.log;
+  logSyncFailure = (err) => app.log.fatal({ err }, 'syncing the database log failed: this node acknowledges no more writes; restart it');
   retrieval.worker.onError = (message, err) => app.log.warn({ err }, `embeddings provider failed: ${message}`);
   // Answers still to be sent, so that shutdown can tell their clients not to reuse the connection.
   const inFlight = new Set<ServerResponse>();

@@ -72,6 +72,27 @@ function appRegistry(ctx: CoreContext): { registry: Registry; requests: Counter<
       this.set(ctx.notifier.waiting);
     },
   });
+  // Group commit (SQLite only): a ratio of commits to syncs above 1 is commits sharing a sync.
+  if (ctx.store.syncStats()) {
+    new Counter({
+      name: 'cv_store_syncs_total',
+      help: 'Syncs of the SQLite write-ahead log (each makes every commit before it durable)',
+      registers: [registry],
+      collect() {
+        this.reset();
+        this.inc(ctx.store.syncStats()?.syncs ?? 0);
+      },
+    });
+    new Counter({
+      name: 'cv_store_synced_commits_total',
+      help: 'Commits of the SQLite store made durable by those syncs (group commit: more commits than syncs)',
+      registers: [registry],
+      collect() {
+        this.reset();
+        this.inc(ctx.store.syncStats()?.commits ?? 0);
+      },
+    });
+  }
   const jobDone = new Gauge({
     name: 'cv_job_done',
     help: 'Items a background job has finished',

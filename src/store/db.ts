@@ -6,12 +6,24 @@ import { Kysely, PostgresDialect, SqliteAdapter, SqliteDialect, sql, type Transa
 import pg from 'pg';
 import type { DB } from './schema.js';
 import { migrate } from './migrate.js';
+import { WAL_SYNC_FAILED, WalSync } from './wal-sync.js';
 
 export type Dialect = 'sqlite' | 'postgres';
 
 export interface Store {
   db: Kysely<DB>;
   dialect: Dialect;
+  /**
+   * Resolves once every write committed so far is on disk. SQLite: group commit (wal-sync.ts);
+   * PostgreSQL: already so when its COMMIT returned.
+   */
+  durable(): Promise<void>;
+  /** True when a committed write may not be on disk yet (only SQLite between a commit and its sync). */
+  syncPending(): boolean;
+  /** Throws the sync failure that stopped this node acknowledging writes, if one did. */
+  assertWritable(): void;
+  /** Group-commit figures (SQLite): syncs made, and commits they made durable. */
+  syncStats(): { syncs: number; commits: number } | null;
   close(): Promise<void>;
 }
 
@@ -30,6 +42,8 @@ export interface StoreOptions {
   cacheMb?: number | undefined;
   /** Connections of the PostgreSQL pool (default 10). */
   poolMax?: number | undefined;
+  /** Called once if a sync of SQLite's WAL fails (the store then refuses writes: wal-sync.ts). */
+  onSyncFailure?: ((err: Error) => void) | undefined;
 }
 
 // PostgreSQL returns BIGINT/NUMERIC as strings by default; COUNT(*) is bigint.
@@ -45,68 +59,121 @@ const QUERY_TIMEOUT_MS = 60_000;
 
 /** Opens the store (SQLite file under dataDir, or PostgreSQL when databaseUrl is set) and migrates it. */
 export async function openStore(opts: StoreOptions): Promise<Store> {
-  let db: Kysely<DB>;
-  let dialect: Dialect;
   if (opts.databaseUrl) {
-    dialect = 'postgres';
-    const pool = new pg.Pool({
-      connectionString: opts.databaseUrl,
-      max: opts.poolMax ?? 10,
-      // A database that is down or unreachable fails a request within bounds (503, see
-      // isDatabaseUnavailable) instead of holding it: connecting, or waiting for a free client,
-      // gives up after this long; a query whose answer never comes, after QUERY_TIMEOUT_MS.
-      connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
-      query_timeout: QUERY_TIMEOUT_MS,
-      // A peer that vanished without closing (a network cut) is noticed by TCP, not only by a query.
-      keepAlive: true,
-      keepAliveInitialDelayMillis: 10_000,
-    });
-    // An idle client's error (server restart) must not crash the process.
-    pool.on('error', () => {});
-    // Nor a checked-out client's: pg emits 'error' on a client whose connection drops while a
-    // request holds it between queries, and pg-pool listens only while the client is idle. The
-    // query in flight (or the next one) fails and the pool discards the broken client on release.
-    pool.on('connect', (client) => {
-      client.on('error', () => {});
-      preparedStatements(client);
-    });
-    db = new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
-  } else {
-    dialect = 'sqlite';
-    fs.mkdirSync(opts.dataDir, { recursive: true });
-    const file = new Database(path.join(opts.dataDir, 'context-vault.sqlite'));
-    // WAL for concurrent readers; FULL so an acknowledged commit survives power loss.
-    file.pragma('journal_mode = WAL');
-    file.pragma('synchronous = FULL');
-    file.pragma('foreign_keys = ON');
-    file.pragma('busy_timeout = 5000');
-    // SQLite caches 2 MiB of pages by default; retrieval at 100,000 pages re-reads index pages of
-    // far more, and 64 MiB cut keyword p95 from 11–16 ms to under 8 (docs/decisions.md).
-    file.pragma(`cache_size = ${-Math.round((opts.cacheMb ?? 64) * 1024)}`);
-    db = new Kysely<DB>({ dialect: new SqliteDialect({ database: withStatementCache(file) }) });
+    const db = new Kysely<DB>({ dialect: new PostgresDialect({ pool: postgresPool(opts.databaseUrl, opts.poolMax) }) });
+    await migrate(db, 'postgres');
+    return {
+      db,
+      dialect: 'postgres',
+      durable: () => Promise.resolve(),
+      syncPending: () => false,
+      assertWritable: () => {},
+      syncStats: () => null,
+      close: () => db.destroy(),
+    };
   }
-  await migrate(db, dialect);
+  fs.mkdirSync(opts.dataDir, { recursive: true });
+  const filePath = path.join(opts.dataDir, 'context-vault.sqlite');
+  const file = new Database(filePath);
+  // WAL for concurrent readers. NORMAL: a commit is written to the WAL but not synced; writes
+  // are acknowledged only after WalSync's fdatasync covers them (group commit), so an
+  // acknowledged commit survives power loss as it did with FULL, at one sync for many commits.
+  file.pragma('journal_mode = WAL');
+  file.pragma('synchronous = NORMAL');
+  file.pragma('foreign_keys = ON');
+  file.pragma('busy_timeout = 5000');
+  // SQLite caches 2 MiB of pages by default; retrieval at 100,000 pages re-reads index pages of
+  // far more, and 64 MiB cut keyword p95 from 11–16 ms to under 8 (docs/decisions.md).
+  file.pragma(`cache_size = ${-Math.round((opts.cacheMb ?? 64) * 1024)}`);
+  const wal = new WalSync(`${filePath}-wal`, opts.onSyncFailure);
+  const db = new Kysely<DB>({ dialect: new SqliteDialect({ database: withStatementCache(file, wal) }) });
+  await migrate(db, 'sqlite');
+  // The migrations' own writes are made durable before anything is served.
+  await wal.durable();
   return {
     db,
-    dialect,
-    close: () => db.destroy(),
+    dialect: 'sqlite',
+    durable: () => wal.durable(),
+    syncPending: () => wal.pending,
+    assertWritable: () => {
+      if (wal.failure) throw wal.failure;
+    },
+    syncStats: () => ({ syncs: wal.syncs, commits: wal.commits }),
+    close: async () => {
+      await wal.close();
+      await db.destroy();
+    },
   };
+}
+
+function postgresPool(connectionString: string, max: number | undefined): pg.Pool {
+  const pool = new pg.Pool({
+    connectionString,
+    max: max ?? 10,
+    // A database that is down or unreachable fails a request within bounds (503, see
+    // isDatabaseUnavailable) instead of holding it: connecting, or waiting for a free client,
+    // gives up after this long; a query whose answer never comes, after QUERY_TIMEOUT_MS.
+    connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+    query_timeout: QUERY_TIMEOUT_MS,
+    // A peer that vanished without closing (a network cut) is noticed by TCP, not only by a query.
+    keepAlive: true,
+    keepAliveInitialDelayMillis: 10_000,
+  });
+  // An idle client's error (server restart) must not crash the process.
+  pool.on('error', () => {});
+  // Nor a checked-out client's: pg emits 'error' on a client whose connection drops while a
+  // request holds it between queries, and pg-pool listens only while the client is idle. The
+  // query in flight (or the next one) fails and the pool discards the broken client on release.
+  pool.on('connect', (client) => {
+    client.on('error', () => {});
+    preparedStatements(client);
+  });
+  return pool;
 }
 
 /**
  * Kysely prepares every query anew; preparing was an eighth of a page read's CPU. Statements
  * are reusable and better-sqlite3 runs one at a time, so a bounded cache keyed by SQL is safe.
+ * Each statement also tells `wal` when it committed a write: a COMMIT (the connection leaves its
+ * transaction), or a write statement run outside any transaction.
  */
-function withStatementCache(file: Database.Database, max = 500): Database.Database {
+function withStatementCache(file: Database.Database, wal: WalSync, max = 500): Database.Database {
   const cache = new Map<string, Database.Statement>();
   const prepare = file.prepare.bind(file);
+  const tracked = (stmt: Database.Statement): Database.Statement => {
+    const writes = !stmt.readonly;
+    const after = (wasInTx: boolean) => {
+      if (!file.inTransaction && (wasInTx || writes)) wal.noteCommit();
+    };
+    const run = (...args: unknown[]) => {
+      const wasInTx = file.inTransaction;
+      const r = stmt.run(...args);
+      after(wasInTx);
+      return r;
+    };
+    const all = (...args: unknown[]) => {
+      const wasInTx = file.inTransaction;
+      const r = stmt.all(...args);
+      after(wasInTx);
+      return r;
+    };
+    return new Proxy(stmt, {
+      get(target, prop) {
+        if (prop === 'run') return run;
+        if (prop === 'all') return all;
+        const v = Reflect.get(target, prop, target) as unknown;
+        // Native methods must be called on the statement itself, not on the proxy.
+        return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    });
+  };
   return new Proxy(file, {
     get(target, prop, receiver) {
       if (prop !== 'prepare') return Reflect.get(target, prop, receiver) as unknown;
       return (source: string) => {
         let stmt = cache.get(source);
         if (!stmt) {
-          stmt = prepare(source);
+          stmt = tracked(prepare(source));
           if (cache.size >= max) cache.delete(cache.keys().next().value as string);
           cache.set(source, stmt);
         }
@@ -188,6 +255,8 @@ function preparedStatements(client: pg.PoolClient): void {
 /** True when the database answers a trivial query. */
 export async function pingStore(store: Store): Promise<boolean> {
   try {
+    // A node that can no longer make writes durable is not ready either (wal-sync.ts).
+    store.assertWritable();
     await sql`select 1`.execute(store.db);
     return true;
   } catch {
@@ -219,7 +288,7 @@ export function isDatabaseUnavailable(err: unknown): boolean {
   if (typeof err !== 'object' || err === null) return false;
   const { code, message } = err as { code?: unknown; message?: unknown };
   if (typeof code === 'string') {
-    if (UNAVAILABLE_SQLSTATE.has(code) || UNAVAILABLE_ERRNO.has(code)) return true;
+    if (UNAVAILABLE_SQLSTATE.has(code) || UNAVAILABLE_ERRNO.has(code) || code === WAL_SYNC_FAILED) return true;
     // Class 08, connection exception; SQLite's write lock held past busy_timeout.
     if (/^08[0-9A-Z]{3}$/.test(code) || /^SQLITE_BUSY/.test(code)) return true;
   }

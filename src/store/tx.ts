@@ -39,6 +39,8 @@ export function noteLocked(db: object, workspaceId: string, change: { head: stri
  */
 export async function inTransaction<T>(store: Store, workspaceId: string | null, fn: (trx: Transaction<DB>) => Promise<T>): Promise<T> {
   const hooks: Array<() => void> = [];
+  // A node whose log could not be synced acknowledges no write (wal-sync.ts): fail before writing.
+  store.assertWritable();
   const result = await store.db.transaction().execute(async (trx) => {
     hooksOf.set(trx, hooks);
     if (workspaceId && store.dialect === 'postgres') {
@@ -64,6 +66,8 @@ export async function inTransaction<T>(store: Store, workspaceId: string | null,
       /* a waker must never fail the request it follows */
     }
   }
+  // Acknowledged only once on disk (SQLite's group commit; at once on PostgreSQL).
+  await store.durable();
   return result;
 }
 
