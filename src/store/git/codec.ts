@@ -131,10 +131,10 @@ class CheckedEntry implements TreeEntry {
     return new CheckedEntry(e.mode, e.name, e.sha, encodeEntry(e.mode, e.name, e.sha));
   }
 
-  /** From a tree body already split into fields; `encoded` is the entry's own bytes (copied). */
+  /** From a tree body already split into fields; `encoded` is the entry's bytes (kept as given). */
   static parsed(mode: TreeMode, name: string, sha: string, encoded: Buffer): CheckedEntry {
     validateName(name);
-    return new CheckedEntry(mode, name, sha, Buffer.from(encoded));
+    return new CheckedEntry(mode, name, sha, encoded);
   }
 
   get encoded(): Buffer {
@@ -153,6 +153,24 @@ export function compareEntries(a: TreeEntry, b: TreeEntry): number {
   return x < y ? -1 : x > y ? 1 : 0;
 }
 
+/** The entry named `name` (file or folder) in a tree's entries in git order, by binary search. */
+export function findEntry(sorted: readonly TreeEntry[], name: string): TreeEntry | undefined {
+  for (const mode of ['100644', '40000'] as const) {
+    const key = sortKeyOf(mode, name);
+    let lo = 0;
+    let hi = sorted.length - 1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >>> 1;
+      const e = sorted[mid]!;
+      const k = CheckedEntry.of(e).key;
+      if (k === key) return e.mode === mode ? e : undefined;
+      if (k < key) lo = mid + 1;
+      else hi = mid - 1;
+    }
+  }
+  return undefined;
+}
+
 function hasKey(sorted: readonly CheckedEntry[], key: string): boolean {
   let lo = 0;
   let hi = sorted.length - 1;
@@ -168,6 +186,7 @@ function hasKey(sorted: readonly CheckedEntry[], key: string): boolean {
 
 /** Validates and returns the entries in git order (a new frozen array of frozen entries). */
 export function sortTreeEntries(entries: Iterable<TreeEntry>): readonly TreeEntry[] {
+  if (merged.has(entries as readonly TreeEntry[])) return entries as readonly TreeEntry[];
   const out: CheckedEntry[] = [];
   let increasing = true;
   let prevKey: string | undefined;
@@ -189,18 +208,155 @@ export function sortTreeEntries(entries: Iterable<TreeEntry>): readonly TreeEntr
   for (const entry of out) {
     if (entry.mode === '40000' && hasKey(out, entry.key.slice(0, -1))) throw duplicateEntry(entry.name);
   }
-  return Object.freeze(out);
+  const list = Object.freeze(out);
+  // In the order given: the given list's body (parseTree's) is this list's too.
+  const enc = increasing && Array.isArray(entries) ? encodedOf.get(entries as TreeEntry[]) : undefined;
+  if (enc && enc.offsets.length === list.length + 1) encodedOf.set(list, enc);
+  return list;
 }
 
 function duplicateEntry(name: string): ServiceError {
   return badRequest(`Duplicate tree entry ${JSON.stringify(name)}`, 'invalid_path');
 }
 
-/** Encodes entries already validated and sorted. */
+/**
+ * The encoded body of a frozen entry list and where each entry starts in it (`offsets[n]` is
+ * the body's length). A folder of thousands of pages is rewritten on every commit into it:
+ * with its previous body at hand, the new body is a few slices of it (mergeEntries), not
+ * thousands of entries encoded and joined again.
+ */
+interface Encoded {
+  body: Buffer;
+  offsets: Int32Array;
+}
+const encodedOf = new WeakMap<readonly TreeEntry[], Encoded>();
+/** Lists built by mergeEntries: in git order and valid by construction (sortTreeEntries passes them). */
+const merged = new WeakSet<readonly TreeEntry[]>();
+
+/** Encodes entries already validated and sorted (a frozen list's body is kept for next time). */
 export function encodeSorted(entries: readonly TreeEntry[]): Buffer {
-  const parts: Buffer[] = new Array<Buffer>(entries.length);
-  for (let i = 0; i < entries.length; i++) parts[i] = CheckedEntry.of(entries[i]!).encoded;
-  return Buffer.concat(parts);
+  return encodedList(entries).body;
+}
+
+function encodedList(entries: readonly TreeEntry[]): Encoded {
+  const known = encodedOf.get(entries);
+  if (known) return known;
+  const parts = new Array<Buffer>(entries.length);
+  const offsets = new Int32Array(entries.length + 1);
+  let total = 0;
+  for (let i = 0; i < entries.length; i++) {
+    const enc = CheckedEntry.of(entries[i]!).encoded;
+    parts[i] = enc;
+    offsets[i] = total;
+    total += enc.length;
+  }
+  offsets[entries.length] = total;
+  const out = { body: Buffer.concat(parts, total), offsets };
+  if (Object.isFrozen(entries)) encodedOf.set(entries, out);
+  return out;
+}
+
+/** The first index whose key is not below `key` (entries in git order). */
+function lowerBound(sorted: readonly TreeEntry[], key: string): number {
+  let lo = 0;
+  let hi = sorted.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (CheckedEntry.of(sorted[mid]!).key < key) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/**
+ * `base` (in git order, valid) without the entries in `removed` and with `added`, in git
+ * order, and its encoded body: both built from slices of the base's, so a change of a few
+ * entries in a large tree costs neither a sort nor an encoding of it.
+ */
+export function mergeEntries(base: readonly TreeEntry[], removed: ReadonlySet<TreeEntry>, added: Iterable<TreeEntry>): readonly TreeEntry[] {
+  const adds = sortTreeEntries(added);
+  const frozenBase = Object.isFrozen(base) ? base : Object.freeze([...base]);
+  const enc = encodedList(frozenBase);
+  const drops: number[] = [];
+  for (const r of removed) {
+    const at = lowerBound(frozenBase, CheckedEntry.of(r).key);
+    if (frozenBase[at] !== r) throw new Error(`tree entry ${JSON.stringify(r.name)} to remove is not in its tree`);
+    drops.push(at);
+  }
+  drops.sort((a, b) => a - b);
+  const dropped = (i: number) => {
+    let lo = 0;
+    let hi = drops.length - 1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >>> 1;
+      if (drops[mid] === i) return true;
+      if (drops[mid]! < i) lo = mid + 1;
+      else hi = mid - 1;
+    }
+    return false;
+  };
+  const at: number[] = [];
+  for (const a of adds) {
+    const key = CheckedEntry.of(a).key;
+    const i = lowerBound(frozenBase, key);
+    // One name once: as it is (not removed), or as the other kind of entry (a file `x`, a folder `x/`).
+    if (i < frozenBase.length && CheckedEntry.of(frozenBase[i]!).key === key && !dropped(i)) throw duplicateEntry(a.name);
+    const other = a.mode === '40000' ? key.slice(0, -1) : `${key}/`;
+    const j = lowerBound(frozenBase, other);
+    if (j < frozenBase.length && CheckedEntry.of(frozenBase[j]!).key === other && !dropped(j)) throw duplicateEntry(a.name);
+    at.push(i);
+  }
+  const out: TreeEntry[] = [];
+  const parts: Buffer[] = [];
+  const offsets = new Int32Array(frozenBase.length - drops.length + adds.length + 1);
+  let pos = 0;
+  let runStart = -1;
+  let d = 0;
+  let j = 0;
+  const closeRun = (k: number) => {
+    if (runStart >= 0) parts.push(enc.body.subarray(enc.offsets[runStart], enc.offsets[k]));
+    runStart = -1;
+  };
+  for (let k = 0; k <= frozenBase.length; k++) {
+    while (j < adds.length && at[j] === k) {
+      closeRun(k);
+      const e = adds[j++]!;
+      const bytes = CheckedEntry.of(e).encoded;
+      offsets[out.length] = pos;
+      out.push(e);
+      parts.push(bytes);
+      pos += bytes.length;
+    }
+    if (k === frozenBase.length) break;
+    if (d < drops.length && drops[d] === k) {
+      d++;
+      closeRun(k);
+      continue;
+    }
+    if (runStart < 0) runStart = k;
+    offsets[out.length] = pos;
+    out.push(frozenBase[k]!);
+    pos += enc.offsets[k + 1]! - enc.offsets[k]!;
+  }
+  closeRun(frozenBase.length);
+  offsets[out.length] = pos;
+  const list = Object.freeze(out);
+  encodedOf.set(list, { body: Buffer.concat(parts, pos), offsets });
+  merged.add(list);
+  changesOf.set(list, { base: frozenBase, removed: [...removed], added: adds });
+  return list;
+}
+
+/** What mergeEntries changed to make a list: its delta against that base needs no walk of both. */
+const changesOf = new WeakMap<readonly TreeEntry[], { base: readonly TreeEntry[]; removed: readonly TreeEntry[]; added: readonly TreeEntry[] }>();
+
+/** The entries removed from `base` and added to make `next`, when mergeEntries made it from that very list. */
+export function mergedChanges(
+  base: readonly TreeEntry[],
+  next: readonly TreeEntry[],
+): { removed: readonly TreeEntry[]; added: readonly TreeEntry[] } | undefined {
+  const c = changesOf.get(next);
+  return c && c.base === base ? c : undefined;
 }
 
 export function encodeTree(entries: Iterable<TreeEntry>): Buffer {
@@ -239,9 +395,14 @@ export function readTreeEntries(body: Buffer): RawTreeEntry[] {
 }
 
 /** Decodes a tree body (only the two modes this service writes are accepted). */
-export function parseTree(body: Buffer): TreeEntry[] {
+export function parseTree(input: Buffer): TreeEntry[] {
   const out: TreeEntry[] = [];
+  // One copy for the whole tree: its entries keep slices of it (side by side, see encodeSorted),
+  // and not of the caller's buffer (a pooled one, or a larger delta).
+  const body = Buffer.from(input);
+  const starts: number[] = [];
   scanTree(body, (at, sp, nul) => {
+    starts.push(at);
     const mode = body.toString('latin1', at, sp);
     if (mode !== '100644' && mode !== '40000') throw badRequest(`Unsupported tree entry mode ${mode}`, 'invalid_object');
     const name = body.toString('utf8', sp + 1, nul);
@@ -251,6 +412,8 @@ export function parseTree(body: Buffer): TreeEntry[] {
     }
     out.push(CheckedEntry.parsed(mode, name, body.toString('hex', nul + 1, nul + 21), body.subarray(at, nul + 21)));
   });
+  // sortTreeEntries carries this body over when the entries were already in order.
+  encodedOf.set(out, { body, offsets: Int32Array.from([...starts, body.length]) });
   return out;
 }
 

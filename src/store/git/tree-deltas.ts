@@ -1,4 +1,4 @@
-import { compareEntries, encodeSorted, parseTree, type TreeEntry } from './codec.js';
+import { compareEntries, encodeSorted, mergedChanges, parseTree, type TreeEntry } from './codec.js';
 
 /**
  * Trees may be stored as deltas against the previous version of the same tree so that a
@@ -42,6 +42,14 @@ function writeVarint(n: number, out: number[]): void {
 }
 
 export function encodeTreeDelta(base: readonly TreeEntry[], next: readonly TreeEntry[]): Buffer {
+  const known = mergedChanges(base, next);
+  if (known) {
+    // Made from this base by mergeEntries: its changes are the delta. A replaced entry (same
+    // name and kind) is an upsert alone; one that changed kind is removed, then upserted.
+    const replaced = new Set(known.added.map((e) => `${e.mode} ${e.name}`));
+    const names = known.removed.filter((e) => !replaced.has(`${e.mode} ${e.name}`)).map((e) => e.name);
+    return deltaBody(names, known.added);
+  }
   // Both lists are in git order, so one merge walk finds removals and upserts.
   const removed: string[] = [];
   const upserts: TreeEntry[] = [];
@@ -50,7 +58,11 @@ export function encodeTreeDelta(base: readonly TreeEntry[], next: readonly TreeE
   while (i < base.length || j < next.length) {
     const b = base[i];
     const n = next[j];
-    if (b && n && b.name === n.name && b.mode === n.mode) {
+    if (b === n) {
+      // The same entry object: unchanged (a rewritten tree keeps its base's entries).
+      i++;
+      j++;
+    } else if (b && n && b.name === n.name && b.mode === n.mode) {
       if (b.sha !== n.sha) upserts.push(n);
       i++;
       j++;
@@ -63,6 +75,10 @@ export function encodeTreeDelta(base: readonly TreeEntry[], next: readonly TreeE
       j++;
     }
   }
+  return deltaBody(removed, upserts);
+}
+
+function deltaBody(removed: readonly string[], upserts: readonly TreeEntry[]): Buffer {
   const head: number[] = [DELTA_FORMAT];
   writeVarint(removed.length, head);
   const parts: Buffer[] = [Buffer.from(head)];

@@ -1,5 +1,5 @@
 import { badRequest, conflict } from '../../errors/index.js';
-import { isSha, validateName, type TreeEntry } from './codec.js';
+import { findEntry, isSha, mergeEntries, validateName, type TreeEntry } from './codec.js';
 import type { ObjectStore } from './object-store.js';
 
 /** Sets (blobSha) or removes (null) the file at `path`, e.g. `space/folder/sub/page.md`. */
@@ -66,7 +66,7 @@ export async function treesOnPaths(store: ObjectStore, rootTreeSha: string | nul
     if (!entries) return;
     for (const [name, child] of node.children ?? []) {
       if (!child.children) continue;
-      const e = entries.find((x) => x.name === name);
+      const e = findEntry(entries, name);
       if (e?.mode === '40000') await walk(e.sha, child);
     }
   };
@@ -78,40 +78,37 @@ export async function treesOnPaths(store: ObjectStore, rootTreeSha: string | nul
 async function rewriteTree(store: ObjectStore, treeSha: string | null, node: ChangeNode, prefix: string): Promise<string | null> {
   const old = treeSha ? await store.getTree(treeSha) : [];
   if (!old) throw new Error(`tree ${String(treeSha)} is missing from workspace ${store.workspaceId}`);
-  const entries = new Map<string, TreeEntry>(old.map((e) => [e.name, e]));
-  let changed = false;
+  // Entries are looked up and replaced in the sorted list: a folder of thousands of pages is
+  // neither re-keyed into a map nor re-sorted for a commit that changes one of them.
+  const removed = new Set<TreeEntry>();
+  const added: TreeEntry[] = [];
   for (const [name, child] of node.children ?? []) {
     const path = prefix ? `${prefix}/${name}` : name;
-    const current = entries.get(name);
+    const current = findEntry(old, name);
     if (child.file !== undefined) {
       if (current?.mode === '40000') throw conflict(`${path} is a folder, not a file`);
       if (child.file === null) {
-        if (current) {
-          entries.delete(name);
-          changed = true;
-        }
+        if (current) removed.add(current);
       } else if (current?.sha !== child.file) {
-        entries.set(name, { mode: '100644', name, sha: child.file });
-        changed = true;
+        if (current) removed.add(current);
+        added.push({ mode: '100644', name, sha: child.file });
       }
     } else {
       if (current && current.mode !== '40000') throw conflict(`${path} is a file, not a folder`);
       const sub = await rewriteTree(store, current?.sha ?? null, child, path);
       if (sub === null) {
-        if (current) {
-          entries.delete(name);
-          changed = true;
-        }
+        if (current) removed.add(current);
       } else if (sub !== current?.sha) {
-        entries.set(name, { mode: '40000', name, sha: sub });
-        changed = true;
+        if (current) removed.add(current);
+        added.push({ mode: '40000', name, sha: sub });
       }
     }
   }
-  if (!changed) return treeSha;
+  if (removed.size === 0 && added.length === 0) return treeSha;
+  const entries = mergeEntries(old, removed, added);
   // Git has no empty trees: an emptied folder disappears from its parent.
-  if (entries.size === 0) return null;
-  return store.putTree(entries.values(), treeSha);
+  if (entries.length === 0) return null;
+  return store.putTree(entries, treeSha);
 }
 
 /**
@@ -132,7 +129,7 @@ export async function readPath(store: ObjectStore, rootTreeSha: string | null, p
     if (!treeSha) return null;
     const tree = await store.getTree(treeSha);
     if (!tree) throw new Error(`tree ${treeSha} is missing from workspace ${store.workspaceId}`);
-    const entry = tree.find((e) => e.name === segments[i]);
+    const entry = findEntry(tree, segments[i]!);
     if (!entry) return null;
     if (i === segments.length - 1) return entry.mode === '100644' ? entry.sha : null;
     if (entry.mode !== '40000') return null;
