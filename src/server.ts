@@ -38,12 +38,14 @@ const REAP_IDLE_MS = 50;
 export async function startServer(config: Config, opts: AppOptions = {}): Promise<RunningServer> {
   // Set once the app's logger exists: a sync failure before that is thrown by openStore itself.
   let logSyncFailure = (_err: Error) => {};
+  let logCheckpointError = (_err: Error) => {};
   const store = await openStore({
     dataDir: config.dataDir,
     databaseUrl: config.databaseUrl,
     cacheMb: config.sqliteCacheMb,
     poolMax: config.databasePoolMax,
     onSyncFailure: (err) => logSyncFailure(err),
+    onCheckpointError: (err) => logCheckpointError(err),
   });
   const touches = new TouchBuffer(store);
   touches.start();
@@ -55,6 +57,7 @@ export async function startServer(config: Config, opts: AppOptions = {}): Promis
   const ctx: CoreContext = { store, config, touches, notifier, retrieval };
   const app = await buildApp(ctx, opts);
   ctx.log = app.log;
+  logCheckpointError = (err) => app.log.warn({ err }, 'the background checkpoint of the database log failed (commits checkpoint it again)');
   logSyncFailure = (err) => app.log.fatal({ err }, 'syncing the database log failed: this node acknowledges no more writes; restart it');
   retrieval.worker.onError = (message, err) => app.log.warn({ err }, `embeddings provider failed: ${message}`);
   // Answers still to be sent, so that shutdown can tell their clients not to reuse the connection.

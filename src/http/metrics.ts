@@ -84,6 +84,15 @@ function appRegistry(ctx: CoreContext): { registry: Registry; requests: Counter<
       },
     });
     new Counter({
+      name: 'cv_store_checkpoints_total',
+      help: 'Checkpoints of the SQLite write-ahead log run in the background (off the request thread)',
+      registers: [registry],
+      collect() {
+        this.reset();
+        this.inc(ctx.store.syncStats()?.checkpoints ?? 0);
+      },
+    });
+    new Counter({
       name: 'cv_store_synced_commits_total',
       help: 'Commits of the SQLite store made durable by those syncs (group commit: more commits than syncs)',
       registers: [registry],

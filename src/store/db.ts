@@ -6,6 +6,7 @@ import { Kysely, PostgresDialect, SqliteAdapter, SqliteDialect, sql, type Transa
 import pg from 'pg';
 import type { DB } from './schema.js';
 import { migrate } from './migrate.js';
+import { Checkpointer } from './checkpointer.js';
 import { WAL_SYNC_FAILED, WalSync } from './wal-sync.js';
 
 export type Dialect = 'sqlite' | 'postgres';
@@ -22,8 +23,8 @@ export interface Store {
   syncPending(): boolean;
   /** Throws the sync failure that stopped this node acknowledging writes, if one did. */
   assertWritable(): void;
-  /** Group-commit figures (SQLite): syncs made, and commits they made durable. */
-  syncStats(): { syncs: number; commits: number } | null;
+  /** Group-commit figures (SQLite): syncs made, commits they made durable, background checkpoints run. */
+  syncStats(): { syncs: number; commits: number; checkpoints: number } | null;
   close(): Promise<void>;
 }
 
@@ -42,6 +43,8 @@ export interface StoreOptions {
   cacheMb?: number | undefined;
   /** Connections of the PostgreSQL pool (default 10). */
   poolMax?: number | undefined;
+  /** Called if SQLite's background checkpoint fails (it then runs in commits again: checkpointer.ts). */
+  onCheckpointError?: ((err: Error) => void) | undefined;
   /** Called once if a sync of SQLite's WAL fails (the store then refuses writes: wal-sync.ts). */
   onSyncFailure?: ((err: Error) => void) | undefined;
 }
@@ -86,7 +89,18 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
   // far more, and 64 MiB cut keyword p95 from 11–16 ms to under 8 (docs/decisions.md).
   file.pragma(`cache_size = ${-Math.round((opts.cacheMb ?? 64) * 1024)}`);
   const wal = new WalSync(`${filePath}-wal`, opts.onSyncFailure);
-  const db = new Kysely<DB>({ dialect: new SqliteDialect({ database: withStatementCache(file, wal) }) });
+  const checkpointer = new Checkpointer({
+    file: filePath,
+    setAutoCheckpoint: (on) => {
+      if (file.open) file.pragma(`wal_autocheckpoint = ${on ? 1000 : 0}`);
+    },
+    onError: opts.onCheckpointError,
+  });
+  const onCommit = () => {
+    wal.noteCommit();
+    checkpointer.noteCommit();
+  };
+  const db = new Kysely<DB>({ dialect: new SqliteDialect({ database: withStatementCache(file, onCommit) }) });
   await migrate(db, 'sqlite');
   // The migrations' own writes are made durable before anything is served.
   await wal.durable();
@@ -98,9 +112,10 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
     assertWritable: () => {
       if (wal.failure) throw wal.failure;
     },
-    syncStats: () => ({ syncs: wal.syncs, commits: wal.commits }),
+    syncStats: () => ({ syncs: wal.syncs, commits: wal.commits, checkpoints: checkpointer.runs }),
     close: async () => {
       await wal.close();
+      await checkpointer.close();
       await db.destroy();
     },
   };
@@ -134,16 +149,16 @@ function postgresPool(connectionString: string, max: number | undefined): pg.Poo
 /**
  * Kysely prepares every query anew; preparing was an eighth of a page read's CPU. Statements
  * are reusable and better-sqlite3 runs one at a time, so a bounded cache keyed by SQL is safe.
- * Each statement also tells `wal` when it committed a write: a COMMIT (the connection leaves its
+ * Each statement also calls `onCommit` when it committed a write: a COMMIT (the connection leaves its
  * transaction), or a write statement run outside any transaction.
  */
-function withStatementCache(file: Database.Database, wal: WalSync, max = 500): Database.Database {
+function withStatementCache(file: Database.Database, onCommit: () => void, max = 500): Database.Database {
   const cache = new Map<string, Database.Statement>();
   const prepare = file.prepare.bind(file);
   const tracked = (stmt: Database.Statement): Database.Statement => {
     const writes = !stmt.readonly;
     const after = (wasInTx: boolean) => {
-      if (!file.inTransaction && (wasInTx || writes)) wal.noteCommit();
+      if (!file.inTransaction && (wasInTx || writes)) onCommit();
     };
     const run = (...args: unknown[]) => {
       const wasInTx = file.inTransaction;

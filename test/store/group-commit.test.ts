@@ -1,4 +1,6 @@
 import fs from 'node:fs';
+import path from 'node:path';
+import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../support/engines.js';
 import { expectError } from '../support/expect.js';
@@ -120,6 +122,40 @@ describe('group commit (SQLite)', () => {
     expectError(await agent.get(`/api/v1/nodes/${encodeURIComponent('gc/seed.md')}`), 503, 'unavailable');
     expect((await fetch(`${s.url}/readyz`)).status).toBe(503);
   });
+});
+
+describe('background checkpoints (SQLite)', () => {
+  it('keep the write-ahead log small while writes go on, off the thread that serves requests', async () => {
+    const s = await startTestServer('sqlite');
+    try {
+      const h = await signupHuman(s.url);
+      const a = await createAgentWithKey(h.client, [{ action: 'read' }, { action: 'write' }]);
+      const c = new Client(s.url, a.key);
+      const wal = path.join(s.ctx.config.dataDir, 'context-vault.sqlite-wal');
+      const db = path.join(s.ctx.config.dataDir, 'context-vault.sqlite');
+      // The serving connection no longer checkpoints in its commits.
+      const auto = await sql<{ wal_autocheckpoint: number }>`pragma wal_autocheckpoint`.execute(s.ctx.store.db);
+      expect(Number(auto.rows[0]!.wal_autocheckpoint)).toBe(0);
+      const dbBefore = fs.statSync(db).size;
+      // About 300 KB of log a write: 300 writes would leave ~90 MB of log with no checkpoint.
+      const body = (i: number) => `# Page ${i}\n\n${`word${i} `.repeat(400)}\n`;
+      for (let round = 0; round < 30; round++) {
+        const rs = await Promise.all(
+          Array.from({ length: 10 }, (_, i) => c.post('/api/v1/nodes', { path: `ck/p${round}-${i}.md`, content: body(round * 10 + i) })),
+        );
+        expect(rs.map((r) => r.status)).toEqual(Array(10).fill(201));
+      }
+      await new Promise((r) => setTimeout(r, 500));
+      const stats = s.ctx.store.syncStats()!;
+      expect(stats.checkpoints).toBeGreaterThan(0);
+      // The log was restarted from its start after checkpoints, and the pages reached the file.
+      expect(fs.statSync(wal).size).toBeLessThan(40 * 1024 * 1024);
+      expect(fs.statSync(db).size).toBeGreaterThan(dbBefore);
+      expect((await c.get(`/api/v1/nodes/${encodeURIComponent('ck/p29-9.md')}`)).body.content).toBe(body(299));
+    } finally {
+      await s.stop();
+    }
+  }, 120_000);
 });
 
 describe('group commit under a kill -9 (SQLite)', () => {
