@@ -18,10 +18,23 @@ interface Row {
   pageId: string;
   ord: number;
   tag: number;
-  vec: Float32Array;
+  vec: Float64Array;
 }
 
-/** The plain JS reference: a map of pages to rows, scored by a dot product in f64. */
+/**
+ * A vector as the matrix holds it: each component rounded to a multiple of the row's scale
+ * (its largest component / 127), the scale kept in f32.
+ */
+function quantized(vec: Float32Array): Float64Array {
+  let max = 0;
+  for (const x of vec) max = Math.max(max, Math.abs(x));
+  const scale = max / 127;
+  if (scale === 0) return new Float64Array(vec.length);
+  const stored = Math.fround(scale);
+  return Float64Array.from(vec, (x) => Math.max(-127, Math.min(127, Math.round(x / scale))) * stored);
+}
+
+/** The plain JS reference: a map of pages to rows, each quantized as the matrix does, scored by a dot product in f64. */
 class Reference {
   readonly pages = new Map<string, Row[]>();
   setPage(pageId: string, vectors: { ord: number; vec: Float32Array; tag: number }[]): void {
@@ -29,7 +42,7 @@ class Reference {
     if (vectors.length > 0)
       this.pages.set(
         pageId,
-        vectors.map((v) => ({ pageId, ...v, vec: Float32Array.from(v.vec) })),
+        vectors.map((v) => ({ pageId, ...v, vec: quantized(v.vec) })),
       );
   }
   removePage(pageId: string): void {
@@ -116,7 +129,7 @@ describe('VectorMatrix', () => {
     const q = Float32Array.from(base, (x) => x + (rnd() - 0.5) * 0.02);
     const scored = ref.scored(q);
     expectWithinBound(m, scored, q);
-    // The int8 scores cannot order these rows; the f32 rescoring of widened candidates does.
+    // The scan's scores cannot order these rows; rescoring widened candidates with the f32 query does.
     const got = m.top(q, 5);
     expect(got.map(key)).toEqual(scored.slice(0, 5).map(key));
     expect(got.map((h) => h.score)).toEqual(scored.slice(0, 5).map((h) => expect.closeTo(h.score, 6)));
@@ -172,9 +185,9 @@ describe('VectorMatrix', () => {
       // A row's own vector is its best match (cosine 1).
       const [first] = [...ref.pages.values()];
       if (first) {
-        const best = m.top(first[0]!.vec, 1)[0]!;
+        const best = m.top(Float32Array.from(first[0]!.vec), 1)[0]!;
         if (dims > 1) expect(best.pageId).toBe(first[0]!.pageId); // with one dimension every vector is ±1: ties
-        expect(best.score).toBeCloseTo(1, 5);
+        expect(best.score).toBeCloseTo(1, 2);
       }
       for (const id of [...ref.pages.keys()]) {
         m.removePage(id);
@@ -185,6 +198,32 @@ describe('VectorMatrix', () => {
       expect(m.top(unitVector(rnd, dims), 3)).toEqual([]);
     });
   }
+
+  it('scores each row within scale / 2 × |q|₁ of its f32 vector (the price of holding int8 rows)', () => {
+    const rnd = prng(99);
+    for (const dims of [16, 512]) {
+      const m = new VectorMatrix(dims);
+      const vecs = Array.from({ length: 200 }, () => unitVector(rnd, dims));
+      vecs.forEach((vec, p) => m.setPage(`p${p}`, [{ ord: 0, vec, tag: p }]));
+      const q = unitVector(rnd, dims);
+      const l1 = q.reduce((a, x) => a + Math.abs(x), 0);
+      let worst = 0;
+      for (const h of m.top(q, 200)) {
+        const v = vecs[Number(h.pageId.slice(1))]!;
+        let exact = 0;
+        let max = 0;
+        for (let i = 0; i < dims; i++) {
+          exact += q[i]! * v[i]!;
+          max = Math.max(max, Math.abs(v[i]!));
+        }
+        const bound = (max / 127 / 2) * l1 + 1e-6;
+        expect(Math.abs(h.score - exact)).toBeLessThanOrEqual(bound);
+        worst = Math.max(worst, Math.abs(h.score - exact));
+      }
+      // And in practice far smaller than the bound: rounding errors mostly cancel.
+      expect(worst).toBeLessThan(0.01);
+    }
+  });
 
   it('pads dimensions that are not a multiple of 16 with zeros (old row contents never leak into a score)', () => {
     const dims = 5;
@@ -214,11 +253,12 @@ describe('VectorMatrix', () => {
     expect(scan.hits[0]!.score).toBeCloseTo(1, 4);
     expect(scan.hits[1]!.score).toBe(0);
     const hits = m.top(one(3), 10);
+    // A one-hot row is held exactly but for its f32 scale (1/127): its score is 1 to f32 precision.
     expect(hits.map((h) => [h.pageId, h.ord, h.tag, h.score])).toEqual([
-      ['b', 0, 5, 1],
+      ['b', 0, 5, expect.closeTo(1, 6)],
       ['c', 0, 4, 0],
     ]);
-    expect(m.top(one(1), 1)).toEqual([{ pageId: 'c', ord: 0, last: 0, tag: 4, score: 1 }]);
+    expect(m.top(one(1), 1)).toEqual([{ pageId: 'c', ord: 0, last: 0, tag: 4, score: expect.closeTo(1, 6) }]);
     expect(m.top(one(4), 2).every((h) => h.score === 0)).toBe(true);
   });
 

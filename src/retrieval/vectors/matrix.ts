@@ -29,16 +29,20 @@ export interface Scan {
 /** Largest int8 code; rows are scaled so their largest component maps to it. */
 const CODE = 127;
 const I32_MAX = 2 ** 31 - 1;
-/** Float rounding in the scan and in exact rescoring, well above f32 epsilon at these magnitudes. */
+/** Float rounding in the scan and in rescoring, well above f32 epsilon at these magnitudes. */
 const SLACK = 1e-5;
 
 /**
- * One workspace's section vectors, held twice: as a dense row-major int8 matrix in WebAssembly
- * memory, scanned in full (SIMD integer dot products) for every query — a quarter of the bytes
- * an f32 scan reads — and as the f32 vectors themselves, which rescore the scan's best rows
- * exactly. Each int8 row keeps its own scale (its largest component maps to ±127), so the
- * scan's scores are off by at most a bound known per row; `top` widens its candidates until no
- * row left out could beat the k-th exact score, so its answer is the exact top k. Rows are
+ * One workspace's section vectors as a dense row-major int8 matrix in WebAssembly memory, each
+ * row with its own scale (its largest component maps to ±127): a vector is held as scale ×
+ * codes, a quarter of its f32 bytes (issue 19: the f32 copy kept beside it for rescoring was
+ * four fifths of the memory, 490 MB at 240,000 sections). The quantized vectors are the ones
+ * searched: a row's score is the f32 query's dot product with its scale × codes (a component is
+ * off its f32 value by at most scale / 2, so a score by at most scale / 2 × |q|₁; the f32
+ * vectors stay in the database). Every query scans the whole matrix with the query quantized to
+ * int16 (SIMD integer dot products), whose scores are off by a bound known per row; `top`
+ * rescores the best rows with the f32 query and widens its candidates until no row left out
+ * could beat the k-th score, so its answer is the exact top k of the quantized vectors. Rows are
  * (page, window of section ords); a page's rows are replaced together and removed by moving the
  * last row into the hole, so the matrix stays packed.
  */
@@ -57,11 +61,9 @@ export class VectorMatrix {
   private scoresOff = 0;
   private scalesOff = 0;
   private matrixOff = 0;
-  /** The exact vectors (row-major, `dims` per row) and each quantized row's L1 norm, in row order. */
-  private exact = new Float32Array(0);
+  /** Each quantized row's L1 norm (scale × Σ|code|), in row order. */
   private rowL1 = new Float32Array(0);
-  /** The largest row scale and quantized L1 norm ever stored: a quick bound before the per-row one. */
-  private maxScale = 0;
+  /** The largest quantized L1 norm ever stored: a quick bound before the per-row one. */
   private maxL1 = 0;
 
   /** Row length in bytes: dims rounded up to the SIMD step (16 int8), zero-padded. */
@@ -88,9 +90,9 @@ export class VectorMatrix {
     return this.rowsOf.size;
   }
 
-  /** Bytes held: linear memory (int8 rows, scales, score buffer) and the f32 vectors, with headroom. */
+  /** Bytes held: linear memory (int8 rows, scales, score buffer) and the rows' norms, with headroom. */
   get bytes(): number {
-    return this.memory.buffer.byteLength + this.exact.byteLength + this.rowL1.byteLength;
+    return this.memory.buffer.byteLength + this.rowL1.byteLength;
   }
 
   has(pageId: string): boolean {
@@ -132,10 +134,7 @@ export class VectorMatrix {
       }
     }
     new Float32Array(this.memory.buffer, this.scalesOff, this.capacity)[r] = scale;
-    const stored = Math.fround(scale);
-    this.exact.set(vec, r * this.dims);
-    this.rowL1[r] = l1 * stored;
-    if (stored > this.maxScale) this.maxScale = stored;
+    this.rowL1[r] = l1 * Math.fround(scale);
     if (this.rowL1[r]! > this.maxL1) this.maxL1 = this.rowL1[r]!;
   }
 
@@ -157,7 +156,6 @@ export class VectorMatrix {
       );
       const scales = new Float32Array(this.memory.buffer, this.scalesOff, this.capacity);
       scales[r] = scales[last]!;
-      this.exact.copyWithin(r * this.dims, last * this.dims, (last + 1) * this.dims);
       this.rowL1[r] = this.rowL1[last]!;
       const movedPage = this.rowPage[last]!;
       this.rowPage[r] = movedPage;
@@ -174,19 +172,18 @@ export class VectorMatrix {
   }
 
   /**
-   * The `k` rows most similar to `query` by exact cosine (dot product of unit vectors), best
-   * first. The int8 scan ranks every row; the best candidates are rescored from the f32
-   * vectors, and more are taken until the k-th exact score is at least every other row's upper
-   * bound (its approximate score plus its error), so no row left out could rank higher.
+   * The `k` rows most similar to `query` (dot product with the quantized rows), best first. The
+   * scan ranks every row with the query quantized; the best candidates are rescored with the
+   * f32 query, and more are taken until the k-th score is at least every other row's upper
+   * bound (its scan score plus its error), so no row left out could rank higher.
    */
   top(query: Float32Array, k: number): RowHit[] {
     const n = this.rows;
     this.checkQuery(query);
     if (n === 0 || k <= 0) return [];
-    const { t, l1 } = this.scanAll(query);
+    const t = this.scanAll(query);
     const scores = new Float32Array(this.memory.buffer, this.scoresOff, n);
-    const scales = new Float32Array(this.memory.buffer, this.scalesOff, n);
-    // Exact scores survive a widening: each row is rescored once.
+    // Rescored scores survive a widening: each row is rescored once.
     const exactOf = new Map<number, number>();
     const exact = (r: number) => {
       let e = exactOf.get(r);
@@ -200,12 +197,12 @@ export class VectorMatrix {
         .map((r) => ({ r, score: exact(r) }))
         .sort((a, b) => b.score - a.score || a.r - b.r)
         .slice(0, Math.min(k, n));
-      if (want >= n || this.provedTop(top[top.length - 1]!.score, candidates, scores, scales, t, l1)) return top.map(({ r, score }) => this.rowHit(r, score));
+      if (want >= n || this.provedTop(top[top.length - 1]!.score, candidates, scores, t)) return top.map(({ r, score }) => this.rowHit(r, score));
       want = Math.min(n, want * 4);
     }
   }
 
-  /** Every row of one page scored exactly against the query (none when the page has no rows). */
+  /** Every row of one page scored against the f32 query (none when the page has no rows). */
   pageScores(pageId: string, query: Float32Array): RowHit[] {
     this.checkQuery(query);
     return (this.rowsOf.get(pageId) ?? []).map((r) => this.rowHit(r, this.dot(r, query)));
@@ -219,57 +216,56 @@ export class VectorMatrix {
     if (query.length !== this.dims) throw new Error(`query of ${query.length} dimensions in a ${this.dims}-dimension matrix`);
   }
 
-  /** The error bound that holds for every row: the largest row scale and quantized L1 norm stored. */
-  private matrixBound(t: number, l1: number): number {
-    return (this.maxScale / 2) * l1 + (t / 2) * this.maxL1 + SLACK;
+  /** The scan's error bound that holds for every row: the largest quantized L1 norm stored. */
+  private matrixBound(t: number): number {
+    return (t / 2) * this.maxL1 + SLACK;
   }
 
   /** No row outside `candidates` can score above `kth`: first by the matrix-wide bound, else row by row. */
-  private provedTop(kth: number, candidates: number[], scores: Float32Array, scales: Float32Array, t: number, l1: number): boolean {
+  private provedTop(kth: number, candidates: number[], scores: Float32Array, t: number): boolean {
     const threshold = scores[candidates[candidates.length - 1]!]! * t;
-    if (kth >= threshold + this.matrixBound(t, l1)) return true;
+    if (kth >= threshold + this.matrixBound(t)) return true;
     const taken = new Uint8Array(scores.length);
     for (const r of candidates) taken[r] = 1;
     for (let r = 0; r < scores.length; r++) {
       if (taken[r]) continue;
-      if (scores[r]! * t + (scales[r]! / 2) * l1 + (t / 2) * this.rowL1[r]! + SLACK > kth) return false;
+      if (scores[r]! * t + (t / 2) * this.rowL1[r]! + SLACK > kth) return false;
     }
     return true;
   }
 
+  /** Row r's score: the f32 query against its scale × codes. */
   private dot(r: number, query: Float32Array): number {
-    const base = r * this.dims;
+    const codes = new Int8Array(this.memory.buffer, this.matrixOff + r * this.stride, this.dims);
     let s = 0;
-    for (let i = 0; i < query.length; i++) s += this.exact[base + i]! * query[i]!;
-    return s;
+    for (let i = 0; i < query.length; i++) s += codes[i]! * query[i]!;
+    return s * new Float32Array(this.memory.buffer, this.scalesOff + r * 4, 1)[0]!;
   }
 
   /** Quantizes the query into linear memory and scans every row: scores[r] · t is row r's approximate score. */
-  private scanAll(query: Float32Array): { t: number; l1: number } {
+  private scanAll(query: Float32Array): number {
     let qmax = 0;
-    let l1 = 0;
     for (const x of query) {
       const a = Math.abs(x);
       if (a > qmax) qmax = a;
-      l1 += a;
     }
     const t = qmax > 0 && Number.isFinite(qmax) ? qmax / this.queryRange : 0;
     const codes = new Int16Array(this.memory.buffer, this.queryOff, this.stride).fill(0);
     if (t > 0) for (let i = 0; i < query.length; i++) codes[i] = Math.round(query[i]! / t);
     this.scanFn(this.matrixOff, this.rows, this.stride, this.queryOff, this.scalesOff, this.scoresOff);
-    return { t, l1 };
+    return t;
   }
 
   /**
    * The scan alone: the `k` rows with the highest approximate scores and a bound on every row's
-   * error. With row r stored as s·c (|v − s·c| ≤ s/2 per component) and the query as t·d
-   * (|q − t·d| ≤ t/2), |q·v − (t·d)·(s·c)| ≤ (s/2)·|q|₁ + (t/2)·|s·c|₁.
+   * error against its score (`top`'s). With row r held as s·c and the query scanned as t·d
+   * (|q − t·d| ≤ t/2 per component), |q·(s·c) − (t·d)·(s·c)| ≤ (t/2)·|s·c|₁.
    */
   scan(query: Float32Array, k: number): Scan {
     const n = this.rows;
     this.checkQuery(query);
     if (n === 0 || k <= 0) return { hits: [], complete: n === 0, threshold: -Infinity, error: 0 };
-    const { t, l1 } = this.scanAll(query);
+    const t = this.scanAll(query);
     const scores = new Float32Array(this.memory.buffer, this.scoresOff, n);
     const top = selectTop(scores, Math.min(k, n));
     const hits = top.map((r) => this.rowHit(r, scores[r]! * t));
@@ -277,7 +273,7 @@ export class VectorMatrix {
       hits,
       complete: top.length === n,
       threshold: top.length === n ? -Infinity : hits[hits.length - 1]!.score,
-      error: this.matrixBound(t, l1),
+      error: this.matrixBound(t),
     };
   }
 
@@ -305,9 +301,6 @@ export class VectorMatrix {
     this.scalesOff = scalesOff;
     this.matrixOff = matrixOff;
     this.capacity = capacity;
-    const exact = new Float32Array(capacity * this.dims);
-    exact.set(this.exact.subarray(0, this.rows * this.dims));
-    this.exact = exact;
     const rowL1 = new Float32Array(capacity);
     rowL1.set(this.rowL1.subarray(0, this.rows));
     this.rowL1 = rowL1;
