@@ -1,6 +1,6 @@
 import MarkdownIt, { type StateBlock, type Token } from 'markdown-it';
 import { LEVELS, rank, type Level } from '../policy/sensitivity.js';
-import { lastOf, lineStarts, parseDocument } from './frontmatter.js';
+import { documentBody, lastOf, lineStarts } from './frontmatter.js';
 
 /** A `::: <level>` … `:::` block; lines are 0-based, endLine exclusive, fences included. */
 export interface SensitiveBlock {
@@ -173,6 +173,7 @@ export function redactBlocks(body: string, visible: (level: Level) => boolean): 
 
 /** redactBlocks over a whole page; the frontmatter is kept as it is. */
 export function redactDocument(raw: string, visible: (level: Level) => boolean): string {
-  const { body } = parseDocument(raw);
+  // The body only: the frontmatter's YAML need not be parsed to keep it as it is.
+  const body = documentBody(raw);
   return raw.slice(0, raw.length - body.length) + redactBlocks(body, visible);
 }

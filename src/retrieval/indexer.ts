@@ -1,5 +1,5 @@
 import { sql, type Insertable, type Kysely, type Transaction } from 'kysely';
-import { extractLinks, maxBlockLevel, parseDocument, redactBlocks } from '../markdown/index.js';
+import { documentBody, extractLinks, maxBlockLevel, redactBlocks } from '../markdown/index.js';
 import { visibleUnder } from '../policy/access.js';
 import { isLevel, LEVELS, rank, type Level } from '../policy/sensitivity.js';
 import type { DB, PagesTable } from '../store/schema.js';
@@ -25,6 +25,57 @@ async function insertBatched<T extends 'page_sections' | 'page_links' | 'page_ta
       .insertInto(table)
       .values(rows.slice(i, i + BATCH))
       .execute();
+}
+
+/** The derived tables synced row by row, each with its columns and the columns naming a row. */
+const DERIVED = {
+  page_tags: { page: 'page_id', columns: ['workspace_id', 'page_id', 'tag'], identity: ['page_id', 'tag'] },
+  page_keys: { page: 'page_id', columns: ['workspace_id', 'key', 'page_id'], identity: ['workspace_id', 'key', 'page_id'] },
+  page_links: {
+    page: 'source_id',
+    columns: ['workspace_id', 'source_id', 'ord', 'target', 'kind', 'text', 'block_level', 'target_key', 'target_id'],
+    identity: ['source_id', 'ord'],
+  },
+} as const;
+/** Past this many rows to change, the pages' rows are replaced wholesale (one delete, not one per row). */
+const ROW_BY_ROW_MAX = 20;
+
+/**
+ * Makes the pages' rows of a derived table exactly `rows`, writing only the rows that differ:
+ * a page rewritten with its tags, names and links unchanged writes none of them (SQLite: each
+ * row rewritten dirtied index pages that the commit wrote to its log, ~18 of a write's ~90).
+ */
+async function syncDerived<T extends keyof typeof DERIVED>(db: Exec, table: T, pageIds: readonly string[], rows: Insertable<DB[T]>[]): Promise<void> {
+  const spec = DERIVED[table];
+  const t = sql.table(table);
+  const cols = sql.join(spec.columns.map((c) => sql.ref(c)));
+  const print = (r: Record<string, unknown>) => JSON.stringify(spec.columns.map((c) => r[c] ?? null));
+  const old = new Map<string, Record<string, unknown>>();
+  for (const ids of slices(pageIds)) {
+    const r = await sql<Record<string, unknown>>`select ${cols} from ${t} where ${sql.ref(spec.page)} in (${sql.join(ids)})`.execute(db);
+    for (const row of r.rows) old.set(print(row), row);
+  }
+  const wanted = new Set<string>();
+  const added: Insertable<DB[T]>[] = [];
+  for (const row of rows) {
+    const key = print(row as Record<string, unknown>);
+    if (wanted.has(key)) continue;
+    wanted.add(key);
+    if (!old.has(key)) added.push(row);
+  }
+  const stale = [...old].filter(([key]) => !wanted.has(key)).map(([, row]) => row);
+  if (stale.length + added.length > ROW_BY_ROW_MAX) {
+    for (const ids of slices(pageIds)) await sql`delete from ${t} where ${sql.ref(spec.page)} in (${sql.join(ids)})`.execute(db);
+    await insertBatched(db, table, rows);
+    return;
+  }
+  for (const row of stale) {
+    await sql`delete from ${t} where ${sql.join(
+      spec.identity.map((c) => sql`${sql.ref(c)} = ${row[c]}`),
+      sql` and `,
+    )}`.execute(db);
+  }
+  await insertBatched(db, table, added);
 }
 
 /** `values` in slices the engines take (they bound a statement's parameters). */
@@ -59,7 +110,7 @@ export async function indexPages(db: Exec, rows: readonly PagesTable[], chunked?
   if (ws === undefined) return;
   if (rows.some((r) => r.workspace_id !== ws)) throw new Error('indexPages: pages of one workspace at a time');
   const live = rows.filter((r) => r.deleted_at === null);
-  const parsed = live.map((row) => ({ row, body: parseDocument(row.content).body }));
+  const parsed = live.map((row) => ({ row, body: documentBody(row.content) }));
   const rowsOf: IndexRows = {
     sections: parsed.flatMap(({ row, body }) =>
       (chunked?.get(row.id) ?? chunkBody(body)).map((c) => ({
@@ -110,23 +161,29 @@ export async function indexPages(db: Exec, rows: readonly PagesTable[], chunked?
       .execute();
     for (const r of hits) found.set(r.key, [...(found.get(r.key) ?? []), { id: r.id, path: r.path }]);
   }
-  await insertBatched(
-    db,
-    'page_links',
-    linked.flatMap(({ row, links }) =>
-      links.map((l) => ({
-        workspace_id: ws,
-        source_id: row.id,
-        ord: l.ord,
-        target: l.target,
-        kind: l.kind,
-        text: l.text,
-        block_level: l.blockLevel,
-        target_key: l.key,
-        target_id: l.key === null ? null : (pickTarget(found.get(l.key) ?? [], l.key, row.path)?.id ?? null),
-      })),
-    ),
+  const links: Insertable<DB['page_links']>[] = linked.flatMap(({ row, links }) =>
+    links.map((l) => ({
+      workspace_id: ws,
+      source_id: row.id,
+      ord: l.ord,
+      target: l.target,
+      kind: l.kind,
+      text: l.text,
+      block_level: l.blockLevel,
+      target_key: l.key,
+      target_id: l.key === null ? null : (pickTarget(found.get(l.key) ?? [], l.key, row.path)?.id ?? null),
+    })),
   );
+  // SQLite kept the live pages' old links: only those that changed are written. PostgreSQL
+  // removed them with the rest of the pages' rows (rewritePg).
+  if (isSqlite(db)) {
+    await syncDerived(
+      db,
+      'page_links',
+      live.map((p) => p.id),
+      links,
+    );
+  } else await insertBatched(db, 'page_links', links);
 }
 
 /** A page's derived rows, as indexPages writes them. */
@@ -154,9 +211,10 @@ async function rewriteSqlite(db: Exec, ws: string, rows: readonly PagesTable[], 
   for (const ids of slices(rows.map((r) => r.id))) {
     await unindexSections(db, ws, ids);
     await db.deleteFrom('page_sections').where('page_id', 'in', ids).execute();
+  }
+  // Deleted pages lose their links here; live pages' links are synced once resolved (indexPages).
+  for (const ids of slices(rows.filter((r) => r.deleted_at !== null).map((r) => r.id))) {
     await db.deleteFrom('page_links').where('source_id', 'in', ids).execute();
-    await db.deleteFrom('page_keys').where('page_id', 'in', ids).execute();
-    await db.deleteFrom('page_tags').where('page_id', 'in', ids).execute();
   }
   for (const batch of slices(rows)) {
     await db
@@ -179,8 +237,9 @@ async function rewriteSqlite(db: Exec, ws: string, rows: readonly PagesTable[], 
   await insertBatched(db, 'page_sections', next.sections);
   const live = [...new Set(next.sections.map((r) => r.page_id))];
   for (const ids of slices(live)) await indexSections(db, ws, ids);
-  await insertBatched(db, 'page_tags', next.tags);
-  await insertBatched(db, 'page_keys', next.keys);
+  const ids = rows.map((r) => r.id);
+  await syncDerived(db, 'page_tags', ids, next.tags);
+  await syncDerived(db, 'page_keys', ids, next.keys);
   // Links written before these pages existed (or before they had these names) now reach them.
   const pageIds = rows.filter((r) => r.deleted_at === null).map((r) => r.id);
   for (const keys of slices([...new Set(next.keys.map((k) => k.key))])) {

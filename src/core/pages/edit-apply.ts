@@ -1,5 +1,5 @@
 import { applyPatch, parsePatch } from 'diff';
-import { extractSections, findSectionRange, parseDocument } from '../../markdown/index.js';
+import { documentBody, extractSections, findSectionRange } from '../../markdown/index.js';
 import { badRequest, conflict, notFound } from '../errors.js';
 
 /**
@@ -74,7 +74,7 @@ export function applyEdit(raw: string, mode: EditMode, where: string): string {
     }
     return patched;
   }
-  const body = parseDocument(raw).body;
+  const body = documentBody(raw);
   const head = raw.slice(0, raw.length - body.length);
   if (mode.kind === 'append' && mode.section === undefined) return raw + gap(raw) + asBlock(mode.text);
   const section = mode.section!;
