@@ -81,14 +81,16 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
   // WAL for concurrent readers. NORMAL: a commit is written to the WAL but not synced; writes
   // are acknowledged only after WalSync's fdatasync covers them (group commit), so an
   // acknowledged commit survives power loss as it did with FULL, at one sync for many commits.
-  file.pragma('journal_mode = WAL');
-  file.pragma('synchronous = NORMAL');
+  // A file system without the shared memory WAL needs keeps the rollback journal: then FULL,
+  // each commit synced in place, and no group commit.
+  const wal = String(file.pragma('journal_mode = WAL', { simple: true })).toLowerCase() === 'wal';
+  file.pragma(`synchronous = ${wal ? 'NORMAL' : 'FULL'}`);
   file.pragma('foreign_keys = ON');
   file.pragma('busy_timeout = 5000');
   // SQLite caches 2 MiB of pages by default; retrieval at 100,000 pages re-reads index pages of
   // far more, and 64 MiB cut keyword p95 from 11–16 ms to under 8 (docs/decisions.md).
   file.pragma(`cache_size = ${-Math.round((opts.cacheMb ?? 64) * 1024)}`);
-  const wal = new WalSync(`${filePath}-wal`, opts.onSyncFailure);
+  const syncer = wal ? new WalSync(`${filePath}-wal`, opts.onSyncFailure) : null;
   const checkpointer = new Checkpointer({
     file: filePath,
     setAutoCheckpoint: (on) => {
@@ -97,24 +99,25 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
     onError: opts.onCheckpointError,
   });
   const onCommit = () => {
-    wal.noteCommit();
+    if (!syncer) return;
+    syncer.noteCommit();
     checkpointer.noteCommit();
   };
   const db = new Kysely<DB>({ dialect: new SqliteDialect({ database: withStatementCache(file, onCommit) }) });
   await migrate(db, 'sqlite');
   // The migrations' own writes are made durable before anything is served.
-  await wal.durable();
+  await syncer?.durable();
   return {
     db,
     dialect: 'sqlite',
-    durable: () => wal.durable(),
-    syncPending: () => wal.pending,
+    durable: () => syncer?.durable() ?? Promise.resolve(),
+    syncPending: () => syncer?.pending ?? false,
     assertWritable: () => {
-      if (wal.failure) throw wal.failure;
+      if (syncer?.failure) throw syncer.failure;
     },
-    syncStats: () => ({ syncs: wal.syncs, commits: wal.commits, checkpoints: checkpointer.runs }),
+    syncStats: () => ({ syncs: syncer?.syncs ?? 0, commits: syncer?.commits ?? 0, checkpoints: checkpointer.runs }),
     close: async () => {
-      await wal.close();
+      await syncer?.close();
       await checkpointer.close();
       await db.destroy();
     },

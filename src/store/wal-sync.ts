@@ -70,6 +70,12 @@ export class WalSync {
     const covers = this.written;
     let fd: number;
     try {
+      // A log unlinked since it was opened (only if every connection closed, or the journal mode
+      // changed) would take syncs that reach no file SQLite writes: open the current one.
+      if (this.fd !== null && fs.fstatSync(this.fd).nlink === 0) {
+        fs.closeSync(this.fd);
+        this.fd = null;
+      }
       fd = this.fd ??= fs.openSync(this.walPath, 'r+');
     } catch (e) {
       this.fail(e as Error);
