@@ -1,6 +1,6 @@
 import fastifyCookie from '@fastify/cookie';
 import fastifySwagger from '@fastify/swagger';
-import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { jsonSchemaTransform, serializerCompiler, validatorCompiler } from 'fastify-type-provider-zod';
 import type { CoreContext } from './core/context.js';
 import { notFound, ServiceError } from './core/errors.js';
@@ -37,6 +37,25 @@ declare module 'fastify' {
 
 export interface AppOptions {
   logger?: boolean | { level: string; stream?: { write(line: string): void } };
+}
+
+/** A 503 body in the shape of the face `req` reached (docs/errors.md), for an answer replaced on its way out. */
+function unavailableBody(req: FastifyRequest, reply: FastifyReply, message: string): string {
+  const path = req.url.split('?')[0]!;
+  if (path === '/mcp' || /^\/w\/[^/]+\/mcp$/.test(path)) {
+    reply.type('application/json; charset=utf-8');
+    return JSON.stringify({ jsonrpc: '2.0', error: { code: -32000, message: `unavailable: ${message}` }, id: null });
+  }
+  if (path.startsWith('/git/')) {
+    reply.type('text/plain; charset=utf-8');
+    return `${message}\n`;
+  }
+  if (!path.startsWith('/api/') && /\btext\/html\b/i.test(req.headers.accept ?? '')) {
+    reply.type('text/html; charset=utf-8');
+    return '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Unavailable</title></head><body><main><h1>Unavailable</h1><p role="alert">This node cannot store changes safely right now. Please try again later.</p></main></body></html>';
+  }
+  reply.type('application/json; charset=utf-8');
+  return JSON.stringify(errorBody(new ServiceError(503, 'unavailable', message)));
 }
 
 /** Builds the HTTP application from its faces; app.ts only wires. */
@@ -80,6 +99,12 @@ export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise
       reply.header('Retry-After', String(UNAVAILABLE_RETRY_S));
       throw new ServiceError(503, 'unavailable', 'This node is shutting down; try again (another node may answer)');
     }
+    // A node whose log could not be synced (wal-sync.ts) answers nothing but 503, likewise.
+    const failed = ctx.store.syncFailure();
+    if (failed && req.routeOptions.url !== '/readyz') {
+      reply.header('Retry-After', String(UNAVAILABLE_RETRY_S));
+      throw new ServiceError(503, 'unavailable', failed.message);
+    }
   });
   app.addHook('preClose', async () => {
     closing = true;
@@ -88,7 +113,7 @@ export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise
   // disk, so a reader never sees, and acts on, a write that a power cut could still take back.
   // Writes wait in inTransaction already; this covers writes made outside one (sessions) and
   // reads that saw a commit still syncing. Nothing pending (the usual case): no wait at all.
-  app.addHook('onSend', (_req, reply, payload, done) => {
+  app.addHook('onSend', (req, reply, payload, done) => {
     if (!ctx.store.syncPending()) {
       done(null, payload);
       return;
@@ -96,12 +121,18 @@ export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise
     ctx.store.durable().then(
       () => done(null, payload),
       (e: unknown) => {
-        // The log could not be synced (wal-sync.ts): what this answer says may not be on disk.
-        // The answer is replaced here, not thrown: an error would come back through this hook.
-        const err = new ServiceError(503, 'unavailable', e instanceof Error ? e.message : 'The store cannot make writes durable');
+        // An error answer holds no data: it goes as it is.
+        if (reply.statusCode >= 400) {
+          done(null, payload);
+          return;
+        }
+        // The log could not be synced: what this answer says may not be on disk. It is replaced
+        // here, not thrown (an error would come back through this hook), in its face's shape.
+        if (payload && typeof (payload as { destroy?: unknown }).destroy === 'function') (payload as { destroy(): void }).destroy();
+        const message = e instanceof Error ? e.message : 'The store cannot make writes durable';
         reply.removeHeader('content-length');
-        reply.code(503).header('Retry-After', String(UNAVAILABLE_RETRY_S)).type('application/json; charset=utf-8');
-        done(null, JSON.stringify(errorBody(err)));
+        reply.code(503).header('Retry-After', String(UNAVAILABLE_RETRY_S));
+        done(null, unavailableBody(req, reply, message));
       },
     );
   });

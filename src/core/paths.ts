@@ -1,7 +1,7 @@
 import { badRequest } from './errors.js';
 
 /** Documented limits for page paths (docs/api.md). */
-export const PATH_LIMITS = { maxLength: 512, maxSegment: 100, maxDepth: 12 } as const;
+export const PATH_LIMITS = { maxLength: 512, maxSegment: 100, maxSegmentBytes: 255, maxDepth: 12 } as const;
 
 // Letters and digits of any script, and - _ . inside a name; no leading dot (hidden files, `..`).
 const SEGMENT = /^[\p{L}\p{N}_][\p{L}\p{N}_.-]*$/u;
@@ -10,6 +10,10 @@ function checkSegment(seg: string, what: string): void {
   if (seg.length === 0) throw badRequest(`${what} has an empty segment`, 'invalid_path');
   if (seg.length > PATH_LIMITS.maxSegment) {
     throw badRequest(`${what} has a segment longer than ${PATH_LIMITS.maxSegment} characters`, 'invalid_path');
+  }
+  // Git's limit on a name: 100 characters of some scripts pass 255 bytes (3 or 4 bytes each).
+  if (Buffer.byteLength(seg, 'utf8') > PATH_LIMITS.maxSegmentBytes) {
+    throw badRequest(`${what} has a segment longer than ${PATH_LIMITS.maxSegmentBytes} bytes in UTF-8`, 'invalid_path');
   }
   if (seg === '.' || seg === '..' || !SEGMENT.test(seg) || seg.includes('..')) {
     throw badRequest(`${what} segment "${seg}" is not allowed: use letters, digits, '-', '_' and '.', not starting with '.' and without '..'`, 'invalid_path');

@@ -4,7 +4,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import type { CoreContext } from '../core/context.js';
-import { isServiceError } from '../core/errors.js';
+import { isDatabaseUnavailable, isServiceError } from '../core/errors.js';
 import type { HookFile } from '../core/git/cache.js';
 import { importPush, type PushResult } from '../core/git/push.js';
 import type { Principal } from '../policy/principal.js';
@@ -85,7 +85,7 @@ export class HookChannel {
 
   constructor(
     private readonly ctx: CoreContext,
-    private readonly log: { error(o: object, msg: string): void },
+    private readonly log: { error(o: object, msg: string): void; warn(o: object, msg: string): void },
   ) {}
 
   /** The socket path, listening. */
@@ -158,6 +158,16 @@ export class HookChannel {
       return answer({ ok: true, message: `Context Vault: imported ${plural(result.commits, 'commit')} (${plural(result.changes, 'page change')}).` });
     } catch (e) {
       if (isServiceError(e)) return answer({ ok: false, message: e.message });
+      // The database went out of reach (or could not make the import durable) somewhere in the
+      // import: it may have been stored or not, so git must not be told nothing changed.
+      if (isDatabaseUnavailable(e)) {
+        this.log.warn({ err: e }, 'git push import: database unavailable');
+        return answer({
+          ok: false,
+          message:
+            'The service could not confirm this push (its database is unavailable); it may or may not have been stored. Fetch later to see, then push again if it is not there.',
+        });
+      }
       this.log.error({ err: e }, 'git push import failed');
       return answer({ ok: false, message: 'The service failed to import this push; nothing was changed.' });
     }

@@ -33,7 +33,7 @@ parentPort.on('message', (m) => {
     const r = db.pragma('wal_checkpoint(PASSIVE)')[0];
     parentPort.postMessage({ ok: true, busy: r.busy, log: r.log, checkpointed: r.checkpointed });
   } catch (e) {
-    parentPort.postMessage({ ok: false, error: String((e && e.message) || e) });
+    parentPort.postMessage({ ok: false, error: String((e && e.message) || e), code: String((e && e.code) || '') });
   }
 });
 parentPort.postMessage({ ready: true });
@@ -45,6 +45,8 @@ export interface CheckpointerOptions {
   /** Turns the serving connection's automatic checkpoint off (the worker is up) or back on. */
   setAutoCheckpoint(on: boolean): void;
   onError?: (err: Error) => void;
+  /** A checkpoint failed on an I/O error (its sync, or a write of the file). */
+  onIoError?: (err: Error) => void;
 }
 
 export class Checkpointer {
@@ -93,10 +95,14 @@ export class Checkpointer {
     // While it runs it does not keep the process alive (close() holds it again to wait for it).
     worker.unref();
     this.worker = worker;
-    worker.on('message', (m: { ok?: boolean; error?: string }) => {
+    worker.on('message', (m: { ok?: boolean; error?: string; code?: string }) => {
       this.inFlight = false;
       if (m.ok) this.runs++;
-      else if (m.error) this.opts.onError?.(new Error(`checkpoint failed: ${m.error}`));
+      else if (m.error) {
+        const err = new Error(`checkpoint failed: ${m.error}`);
+        if (m.code?.startsWith('SQLITE_IOERR')) this.opts.onIoError?.(err);
+        this.opts.onError?.(err);
+      }
       if (this.dirty) this.schedule();
     });
     worker.on('error', (err) => this.lost(err));

@@ -23,6 +23,8 @@ export interface Store {
   syncPending(): boolean;
   /** Throws the sync failure that stopped this node acknowledging writes, if one did. */
   assertWritable(): void;
+  /** That failure, or null. */
+  syncFailure(): Error | null;
   /** Group-commit figures (SQLite): syncs made, commits they made durable, background checkpoints run. */
   syncStats(): { syncs: number; commits: number; checkpoints: number } | null;
   close(): Promise<void>;
@@ -71,6 +73,7 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
       durable: () => Promise.resolve(),
       syncPending: () => false,
       assertWritable: () => {},
+      syncFailure: () => null,
       syncStats: () => null,
       close: () => db.destroy(),
     };
@@ -97,13 +100,16 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
       if (file.open) file.pragma(`wal_autocheckpoint = ${on ? 1000 : 0}`);
     },
     onError: opts.onCheckpointError,
+    // A checkpoint's sync failed: what it copied may not be on disk, and a retry could succeed
+    // without it being so. As for the log's own sync: stop acknowledging.
+    onIoError: (err) => syncer?.stop(err),
   });
   const onCommit = () => {
     if (!syncer) return;
     syncer.noteCommit();
     checkpointer.noteCommit();
   };
-  const db = new Kysely<DB>({ dialect: new SqliteDialect({ database: withStatementCache(file, onCommit) }) });
+  const db = new Kysely<DB>({ dialect: new SqliteDialect({ database: withStatementCache(file, onCommit, () => syncer?.failure ?? null) }) });
   await migrate(db, 'sqlite');
   // The migrations' own writes are made durable before anything is served.
   await syncer?.durable();
@@ -115,6 +121,7 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
     assertWritable: () => {
       if (syncer?.failure) throw syncer.failure;
     },
+    syncFailure: () => syncer?.failure ?? null,
     syncStats: () => ({ syncs: syncer?.syncs ?? 0, commits: syncer?.commits ?? 0, checkpoints: checkpointer.runs }),
     close: async () => {
       await syncer?.close();
@@ -155,7 +162,7 @@ function postgresPool(connectionString: string, max: number | undefined): pg.Poo
  * Each statement also calls `onCommit` when it committed a write: a COMMIT (the connection leaves its
  * transaction), or a write statement run outside any transaction.
  */
-function withStatementCache(file: Database.Database, onCommit: () => void, max = 500): Database.Database {
+function withStatementCache(file: Database.Database, onCommit: () => void, refused: () => Error | null, max = 500): Database.Database {
   const cache = new Map<string, Database.Statement>();
   const prepare = file.prepare.bind(file);
   const tracked = (stmt: Database.Statement): Database.Statement => {
@@ -163,13 +170,20 @@ function withStatementCache(file: Database.Database, onCommit: () => void, max =
     const after = (wasInTx: boolean) => {
       if (!file.inTransaction && (wasInTx || writes)) onCommit();
     };
+    // After a failed sync nothing more is written, whichever way it comes (wal-sync.ts).
+    const check = () => {
+      const failure = writes ? refused() : null;
+      if (failure) throw failure;
+    };
     const run = (...args: unknown[]) => {
+      check();
       const wasInTx = file.inTransaction;
       const r = stmt.run(...args);
       after(wasInTx);
       return r;
     };
     const all = (...args: unknown[]) => {
+      check();
       const wasInTx = file.inTransaction;
       const r = stmt.all(...args);
       after(wasInTx);

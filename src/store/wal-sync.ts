@@ -97,6 +97,11 @@ export class WalSync {
     });
   }
 
+  /** Stops acknowledging for good, as a failed sync does (a checkpoint's failed sync). */
+  stop(cause: Error): void {
+    if (!this.failed) this.fail(cause);
+  }
+
   private fail(cause: Error): void {
     this.syncing = false;
     const err = Object.assign(new Error('A write could not be made durable (the sync of the database log failed); restart the node', { cause }), {

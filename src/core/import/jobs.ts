@@ -11,7 +11,7 @@ import type { ImportJobsTable } from '../../store/schema.js';
 import { afterCommitIfAny, inTransaction } from '../../store/tx.js';
 import { appendAudit } from '../audit.js';
 import type { CoreContext } from '../context.js';
-import { notFound, ServiceError } from '../errors.js';
+import { isDatabaseUnavailable, notFound, ServiceError } from '../errors.js';
 import { parseSpaceId } from '../paths.js';
 import { liveKeys, loadPrincipal } from '../principal-loader.js';
 import { applyImportBatch } from './apply.js';
@@ -228,7 +228,13 @@ export class ImportRunner {
         /* next batch */
       }
     } catch (e) {
+      // The database out of reach (or no longer acknowledging writes): the job stays running
+      // under its lease, and this node, restarted, or another one takes it up again.
       if (e instanceof LostLease) return null;
+      if (isDatabaseUnavailable(e)) {
+        if (caller) throw e; // the request that awaits it answers 503
+        return null;
+      }
       await this.fail(id, e instanceof ServiceError ? e.message : 'The import stopped on an internal error; the pages of the batches before it are in');
       if (!(e instanceof ServiceError)) this.ctx.log?.warn({ err: e, import: id }, 'import failed');
     }

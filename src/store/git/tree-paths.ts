@@ -35,21 +35,17 @@ function buildChangeTree(changes: readonly PathChange[]): ChangeNode {
     const segments = splitPath(change.path);
     let node = root;
     segments.forEach((name, i) => {
-      const children = node.children;
-      if (!children) throw badRequest(`${change.path} is both a file and a folder in one change set`, 'invalid_path');
+      // A name may be both a file change and a folder of changes (a page moved into a folder
+      // named after it, or out of one): rewriteTree judges whether the result is a tree.
+      const children = (node.children ??= new Map());
       let next = children.get(name);
       const leaf = i === segments.length - 1;
       if (!next) {
         next = leaf ? {} : { children: new Map() };
         children.set(name, next);
       }
-      if (leaf) {
-        if (next.children) throw badRequest(`${change.path} is both a file and a folder in one change set`, 'invalid_path');
-        // The last change to a path wins, as if applied in order.
-        next.file = change.blobSha;
-      } else if (next.file !== undefined) {
-        throw badRequest(`${segments.slice(0, i + 1).join('/')} is both a file and a folder in one change set`, 'invalid_path');
-      }
+      // The last change to a path wins, as if applied in order.
+      if (leaf) next.file = change.blobSha;
       node = next;
     });
   }
@@ -85,7 +81,22 @@ async function rewriteTree(store: ObjectStore, treeSha: string | null, node: Cha
   for (const [name, child] of node.children ?? []) {
     const path = prefix ? `${prefix}/${name}` : name;
     const current = findEntry(old, name);
-    if (child.file !== undefined) {
+    if (child.file !== undefined && child.children) {
+      // A file and a folder of this name change at once: at most one of them may remain.
+      const curFile = current?.mode === '100644' ? current : undefined;
+      const curFolder = current?.mode === '40000' ? current : undefined;
+      const folder = await rewriteTree(store, curFolder?.sha ?? null, { children: child.children }, path);
+      const file = child.file;
+      if (folder !== null && file !== null) {
+        // A folder that keeps other files, or a change set that writes both.
+        if (curFolder) throw conflict(`${path} is a folder, not a file`);
+        throw badRequest(`${path} is both a file and a folder in one change set`, 'invalid_path');
+      }
+      if (curFile && file !== curFile.sha) removed.add(curFile);
+      if (file !== null && file !== curFile?.sha) added.push({ mode: '100644', name, sha: file });
+      if (curFolder && folder !== curFolder.sha) removed.add(curFolder);
+      if (folder !== null && folder !== curFolder?.sha) added.push({ mode: '40000', name, sha: folder });
+    } else if (child.file !== undefined) {
       if (current?.mode === '40000') throw conflict(`${path} is a folder, not a file`);
       if (child.file === null) {
         if (current) removed.add(current);
