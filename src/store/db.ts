@@ -167,28 +167,20 @@ function withStatementCache(file: Database.Database, onCommit: () => void, refus
   const prepare = file.prepare.bind(file);
   const tracked = (stmt: Database.Statement): Database.Statement => {
     const writes = !stmt.readonly;
-    const after = (wasInTx: boolean) => {
-      if (!file.inTransaction && (wasInTx || writes)) onCommit();
-    };
-    // After a failed sync nothing more is written, whichever way it comes (wal-sync.ts).
-    const check = () => {
-      const failure = writes ? refused() : null;
-      if (failure) throw failure;
-    };
-    const run = (...args: unknown[]) => {
-      check();
-      const wasInTx = file.inTransaction;
-      const r = stmt.run(...args);
-      after(wasInTx);
-      return r;
-    };
-    const all = (...args: unknown[]) => {
-      check();
-      const wasInTx = file.inTransaction;
-      const r = stmt.all(...args);
-      after(wasInTx);
-      return r;
-    };
+    // Runs one of the statement's methods: refused after a failed sync if it writes (nothing
+    // more is written, whichever way it comes: wal-sync.ts), and noting a commit it made.
+    const tracking =
+      <A extends unknown[], R>(method: (...args: A) => R) =>
+      (...args: A): R => {
+        const failure = writes ? refused() : null;
+        if (failure) throw failure;
+        const wasInTx = file.inTransaction;
+        const r = method(...args);
+        if (!file.inTransaction && (wasInTx || writes)) onCommit();
+        return r;
+      };
+    const run = tracking((...args: unknown[]) => stmt.run(...args));
+    const all = tracking((...args: unknown[]) => stmt.all(...args));
     return new Proxy(stmt, {
       get(target, prop) {
         if (prop === 'run') return run;
