@@ -17,8 +17,8 @@ import type { DB } from './schema.js';
  * as it was: refill is computed from `updated_ms`, so nothing is lost by not writing).
  *
  * Where the buckets live:
- * - SQLite: NOT the main database (it runs synchronous=FULL, a write per request would be an
- *   fsync per request) but `rate-limits.sqlite` beside it in DATA_DIR, WAL and synchronous=OFF:
+ * - SQLite: NOT the main database (every write there is answered after a sync of its log, so a
+ *   write per request would hold every answer for a sync) but `rate-limits.sqlite` beside it in DATA_DIR, WAL and synchronous=OFF:
  *   counters are not precious. Every process on the machine opens the same file, so they share.
  * - PostgreSQL: the `rate_limits` table of the main database (migration 002; it cannot portably
  *   be made UNLOGGED after creation), written through a small pool of its own whose sessions run
