@@ -41,7 +41,11 @@ function toolsetOf(query: unknown): Toolset | undefined {
   return v === 'extended' ? 'extended' : undefined;
 }
 
-function sendRpcError(reply: FastifyReply, e: ServiceError, rpcCode = e.status >= 500 && e.code !== 'unavailable' ? INTERNAL_ERROR : SERVER_ERROR): FastifyReply {
+function sendRpcError(
+  reply: FastifyReply,
+  e: ServiceError,
+  rpcCode = e.status >= 500 && e.code !== 'unavailable' ? INTERNAL_ERROR : SERVER_ERROR,
+): FastifyReply {
   return reply
     .code(e.status)
     .type('application/json; charset=utf-8')
