@@ -7,6 +7,7 @@ import { VECTOR_FLOOR } from './hybrid.js';
 import { COVERAGE_POWER, stemOf, stemsOf } from './keyword.js';
 import { linkKey, pageKeys, pickTarget } from './links.js';
 import type { ParsedBlob, Snapshot, SnapshotPage } from './snapshot.js';
+import { quantizedScore } from './vectors/matrix.js';
 
 /**
  * Ranking over a snapshot (snapshot.ts), in this process: the same lists the live index gives
@@ -166,12 +167,6 @@ export const AT_MAX_EMBED = 2_000;
 const pastVectors = new Map<string, Float32Array>();
 const PAST_VECTORS_MAX = 20_000;
 
-function dot(a: Float32Array, b: Float32Array): number {
-  let s = 0;
-  for (let i = 0; i < a.length; i++) s += a[i]! * b[i]!;
-  return s;
-}
-
 /**
  * The vector sections for a query at the commit, best first, at or above VECTOR_FLOOR. Each
  * window of a page's sections (as the embedding worker cuts them) is scored with the vector
@@ -209,7 +204,7 @@ export async function snapshotVector(
       const key = `${p.workspaceId}\u0000${rt.key}\u0000${w.hash}`;
       const past = pastVectors.get(key);
       if (row) scored.push({ page, idx: w.idx, score: row.score });
-      else if (past) scored.push({ page, idx: w.idx, score: dot(past, qv) });
+      else if (past) scored.push({ page, idx: w.idx, score: quantizedScore(past, qv) });
       else
         missing.push({
           page,
@@ -238,7 +233,8 @@ export async function snapshotVector(
       const v = vecs[j]!;
       if (pastVectors.size >= PAST_VECTORS_MAX) pastVectors.delete(pastVectors.keys().next().value as string);
       pastVectors.set(b.key, v);
-      if (v.length === qv.length) scored.push({ page: b.page, idx: b.idx, score: dot(v, qv) });
+      // Scored as the matrix scores a row of it: the same text ranks the same from either side.
+      if (v.length === qv.length) scored.push({ page: b.page, idx: b.idx, score: quantizedScore(v, qv) });
     });
   }
   const out: Candidate[] = [];

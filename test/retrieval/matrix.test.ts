@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { selectTop, VectorMatrix } from '../../src/retrieval/vectors/matrix.js';
+import { quantizedScore, selectTop, VectorMatrix } from '../../src/retrieval/vectors/matrix.js';
 import { prng } from '../support/random.js';
 
 function unitVector(rnd: () => number, dims: number): Float32Array {
@@ -222,6 +222,17 @@ describe('VectorMatrix', () => {
       }
       // And in practice far smaller than the bound: rounding errors mostly cancel.
       expect(worst).toBeLessThan(0.01);
+    }
+  });
+
+  it('scores a vector outside the matrix exactly as a row of it (quantizedScore: point-in-time answers)', () => {
+    const rnd = prng(123);
+    for (const dims of [7, 512]) {
+      const m = new VectorMatrix(dims);
+      const vecs = Array.from({ length: 50 }, () => unitVector(rnd, dims));
+      vecs.forEach((vec, p) => m.setPage(`p${p}`, [{ ord: 0, vec, tag: p }]));
+      const q = unitVector(rnd, dims);
+      for (const [p, vec] of vecs.entries()) expect(quantizedScore(vec, q)).toBe(m.pageScores(`p${p}`, q)[0]!.score);
     }
   });
 

@@ -121,18 +121,10 @@ export class VectorMatrix {
   }
 
   private writeRow(r: number, vec: Float32Array): void {
-    let max = 0;
-    for (const x of vec) if (Math.abs(x) > max) max = Math.abs(x);
-    const scale = max > 0 && Number.isFinite(max) ? max / CODE : 0;
     const codes = new Int8Array(this.memory.buffer, this.matrixOff + r * this.stride, this.stride).fill(0);
+    const scale = quantize(vec, codes);
     let l1 = 0;
-    if (scale > 0) {
-      for (let i = 0; i < vec.length; i++) {
-        const c = Math.max(-CODE, Math.min(CODE, Math.round(vec[i]! / scale)));
-        codes[i] = c;
-        l1 += Math.abs(c);
-      }
-    }
+    for (let i = 0; i < vec.length; i++) l1 += Math.abs(codes[i]!);
     new Float32Array(this.memory.buffer, this.scalesOff, this.capacity)[r] = scale;
     this.rowL1[r] = l1 * Math.fround(scale);
     if (this.rowL1[r]! > this.maxL1) this.maxL1 = this.rowL1[r]!;
@@ -237,9 +229,7 @@ export class VectorMatrix {
   /** Row r's score: the f32 query against its scale × codes. */
   private dot(r: number, query: Float32Array): number {
     const codes = new Int8Array(this.memory.buffer, this.matrixOff + r * this.stride, this.dims);
-    let s = 0;
-    for (let i = 0; i < query.length; i++) s += codes[i]! * query[i]!;
-    return s * new Float32Array(this.memory.buffer, this.scalesOff + r * 4, 1)[0]!;
+    return codesDot(codes, new Float32Array(this.memory.buffer, this.scalesOff + r * 4, 1)[0]!, query);
   }
 
   /** Quantizes the query into linear memory and scans every row: scores[r] · t is row r's approximate score. */
@@ -305,6 +295,32 @@ export class VectorMatrix {
     rowL1.set(this.rowL1.subarray(0, this.rows));
     this.rowL1 = rowL1;
   }
+}
+
+/** Writes `vec`'s int8 codes (its largest component maps to ±127) into `codes`; returns the scale. */
+function quantize(vec: Float32Array, codes: Int8Array): number {
+  let max = 0;
+  for (const x of vec) if (Math.abs(x) > max) max = Math.abs(x);
+  const scale = max > 0 && Number.isFinite(max) ? max / CODE : 0;
+  if (scale > 0) for (let i = 0; i < vec.length; i++) codes[i] = Math.max(-CODE, Math.min(CODE, Math.round(vec[i]! / scale)));
+  return scale;
+}
+
+/** The f32 query against codes × scale (the scale as f32, as the matrix keeps it). */
+function codesDot(codes: Int8Array, scale: number, query: Float32Array): number {
+  let s = 0;
+  for (let i = 0; i < query.length; i++) s += codes[i]! * query[i]!;
+  return s * Math.fround(scale);
+}
+
+/**
+ * The score a matrix row made of `vec` would get for `query`, to the bit: for vectors scored
+ * outside a matrix (a point-in-time answer embeds text that is no longer current) so that they
+ * rank exactly as the same text's row does.
+ */
+export function quantizedScore(vec: Float32Array, query: Float32Array): number {
+  const codes = new Int8Array(vec.length);
+  return codesDot(codes, quantize(vec, codes), query);
 }
 
 /** Indices of the k largest scores, best first: a bounded min-heap over one pass. */
