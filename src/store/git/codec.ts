@@ -156,32 +156,14 @@ export function compareEntries(a: TreeEntry, b: TreeEntry): number {
 /** The entry named `name` (file or folder) in a tree's entries in git order, by binary search. */
 export function findEntry(sorted: readonly TreeEntry[], name: string): TreeEntry | undefined {
   for (const mode of ['100644', '40000'] as const) {
-    const key = sortKeyOf(mode, name);
-    let lo = 0;
-    let hi = sorted.length - 1;
-    while (lo <= hi) {
-      const mid = (lo + hi) >>> 1;
-      const e = sorted[mid]!;
-      const k = CheckedEntry.of(e).key;
-      if (k === key) return e.mode === mode ? e : undefined;
-      if (k < key) lo = mid + 1;
-      else hi = mid - 1;
-    }
+    const i = indexOfKey(sorted, sortKeyOf(mode, name));
+    if (i >= 0) return sorted[i];
   }
   return undefined;
 }
 
 function hasKey(sorted: readonly CheckedEntry[], key: string): boolean {
-  let lo = 0;
-  let hi = sorted.length - 1;
-  while (lo <= hi) {
-    const mid = (lo + hi) >>> 1;
-    const k = sorted[mid]!.key;
-    if (k === key) return true;
-    if (k < key) lo = mid + 1;
-    else hi = mid - 1;
-  }
-  return false;
+  return indexOfKey(sorted, key) >= 0;
 }
 
 /** Validates and returns the entries in git order (a new frozen array of frozen entries). */
@@ -268,6 +250,12 @@ function lowerBound(sorted: readonly TreeEntry[], key: string): number {
   return lo;
 }
 
+/** The index of the entry whose key is `key`, or -1. */
+function indexOfKey(sorted: readonly TreeEntry[], key: string): number {
+  const i = lowerBound(sorted, key);
+  return i < sorted.length && CheckedEntry.of(sorted[i]!).key === key ? i : -1;
+}
+
 /**
  * `base` (in git order, valid) without the entries in `removed` and with `added`, in git
  * order, and its encoded body: both built from slices of the base's, so a change of a few
@@ -284,27 +272,15 @@ export function mergeEntries(base: readonly TreeEntry[], removed: ReadonlySet<Tr
     drops.push(at);
   }
   drops.sort((a, b) => a - b);
-  const dropped = (i: number) => {
-    let lo = 0;
-    let hi = drops.length - 1;
-    while (lo <= hi) {
-      const mid = (lo + hi) >>> 1;
-      if (drops[mid] === i) return true;
-      if (drops[mid]! < i) lo = mid + 1;
-      else hi = mid - 1;
-    }
-    return false;
-  };
+  const dropped = new Set(drops);
   const at: number[] = [];
   for (const a of adds) {
     const key = CheckedEntry.of(a).key;
-    const i = lowerBound(frozenBase, key);
     // One name once: as it is (not removed), or as the other kind of entry (a file `x`, a folder `x/`).
-    if (i < frozenBase.length && CheckedEntry.of(frozenBase[i]!).key === key && !dropped(i)) throw duplicateEntry(a.name);
-    const other = a.mode === '40000' ? key.slice(0, -1) : `${key}/`;
-    const j = lowerBound(frozenBase, other);
-    if (j < frozenBase.length && CheckedEntry.of(frozenBase[j]!).key === other && !dropped(j)) throw duplicateEntry(a.name);
-    at.push(i);
+    const same = indexOfKey(frozenBase, key);
+    const other = indexOfKey(frozenBase, a.mode === '40000' ? key.slice(0, -1) : `${key}/`);
+    if ((same >= 0 && !dropped.has(same)) || (other >= 0 && !dropped.has(other))) throw duplicateEntry(a.name);
+    at.push(lowerBound(frozenBase, key));
   }
   const out: TreeEntry[] = [];
   const parts: Buffer[] = [];
