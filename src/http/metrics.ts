@@ -73,34 +73,23 @@ function appRegistry(ctx: CoreContext): { registry: Registry; requests: Counter<
     },
   });
   // Group commit (SQLite only): a ratio of commits to syncs above 1 is commits sharing a sync.
+  const store = [
+    ['cv_store_syncs_total', 'Syncs of the SQLite write-ahead log (each makes every commit before it durable)', 'syncs'],
+    ['cv_store_checkpoints_total', 'Checkpoints of the SQLite write-ahead log run in the background (off the request thread)', 'checkpoints'],
+    ['cv_store_synced_commits_total', 'Commits of the SQLite store made durable by those syncs (group commit: more commits than syncs)', 'commits'],
+  ] as const;
   if (ctx.store.syncStats()) {
-    new Counter({
-      name: 'cv_store_syncs_total',
-      help: 'Syncs of the SQLite write-ahead log (each makes every commit before it durable)',
-      registers: [registry],
-      collect() {
-        this.reset();
-        this.inc(ctx.store.syncStats()?.syncs ?? 0);
-      },
-    });
-    new Counter({
-      name: 'cv_store_checkpoints_total',
-      help: 'Checkpoints of the SQLite write-ahead log run in the background (off the request thread)',
-      registers: [registry],
-      collect() {
-        this.reset();
-        this.inc(ctx.store.syncStats()?.checkpoints ?? 0);
-      },
-    });
-    new Counter({
-      name: 'cv_store_synced_commits_total',
-      help: 'Commits of the SQLite store made durable by those syncs (group commit: more commits than syncs)',
-      registers: [registry],
-      collect() {
-        this.reset();
-        this.inc(ctx.store.syncStats()?.commits ?? 0);
-      },
-    });
+    for (const [name, help, figure] of store) {
+      new Counter({
+        name,
+        help,
+        registers: [registry],
+        collect() {
+          this.reset();
+          this.inc(ctx.store.syncStats()?.[figure] ?? 0);
+        },
+      });
+    }
   }
   const jobDone = new Gauge({
     name: 'cv_job_done',
