@@ -1027,8 +1027,10 @@ describe('attack l: group commit — no write is answered before its sync (sqlit
     const poll = agent.get(`/api/v1/inbox?state=all&after=${since}&wait=10`).then((x) => (answered.push('long-poll'), x));
     const mcpPoll = call(mcp, 'collab_inbox', { after: since, wait_s: 10 }).then((x) => (answered.push('mcp long-poll'), x));
     await sleep(300);
-    disk.mode = 'hold';
+    // Looked up before the hold: a read answers only once every commit before it is synced, and
+    // a background commit (the embedding worker's) pending then would hold this lookup too.
     const base = await pageId('gc/base.md');
+    disk.mode = 'hold';
     const mention = w.owner.post(`/api/v1/nodes/${base}/threads`, { body: 'look @agent', mentions: [agentId] });
     const write = agent.post('/api/v1/nodes', { path: 'gc/seen.md', content: '# Seen\n' });
     await until('commits', async () => (await dbPages(w)).includes('gc/seen.md') && disk.held.length > 0);
@@ -1331,8 +1333,18 @@ describe('attack l: group commit — a background import across a failed sync (s
       'the job to be accepted',
       async () => disk.held.length > 0 && (await w.s.ctx.store.db.selectFrom('import_jobs').select('id').executeTakeFirst()) !== undefined,
     );
-    // Only the acceptance reaches the disk; the first batch's sync is held, then fails.
-    for (const h of disk.held.splice(0)) h.go();
+    // Only the acceptance reaches the disk; the first batch's sync is held, then fails. Held
+    // syncs are let go until the acceptance is answered (a background commit's sync, held first,
+    // would otherwise leave the acceptance waiting on the next one).
+    let answered = false;
+    const settle = () => {
+      answered = true;
+    };
+    void posted.then(settle, settle);
+    while (!answered) {
+      for (const h of disk.held.splice(0)) h.go();
+      await sleep(10);
+    }
     const accepted = await posted;
     expect(accepted.status, accepted.text).toBe(202);
     const id = accepted.body.id as string;
