@@ -15,7 +15,10 @@ export async function benchReads(opts: { durationS: number; warmupS: number; con
   let bare: ChildServer | undefined;
   try {
     log('reads: starting the service (src/main.ts) as a child process');
-    service = await startChild({ name: 'service', script: 'src/main.ts', env: { ...SERVICE_ENV, DATA_DIR: dataDir }, readyPath: '/healthz' });
+    // CV_CPU_PROF_DIR=<dir>: the service (only) records a CPU profile there (bench/cpu-prof-preload.mjs).
+    const profDir = process.env.CV_CPU_PROF_DIR;
+    const profEnv: Record<string, string> = profDir ? { NODE_OPTIONS: `--import=${path.resolve('bench/cpu-prof-preload.mjs')}`, CV_CPU_PROF_DIR: profDir } : {};
+    service = await startChild({ name: 'service', script: 'src/main.ts', env: { ...SERVICE_ENV, DATA_DIR: dataDir, ...profEnv }, readyPath: '/healthz' });
     const human = await signupHuman(service.url, 'Reader');
     const agent = await createAgentWithKey(human.client, [{ action: 'read' }, { action: 'write' }], { name: 'bench-reader' });
     const content = typicalPage();

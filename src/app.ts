@@ -89,7 +89,8 @@ export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise
 
   let closing = false;
   app.decorate('isDraining', () => closing);
-  app.addHook('onRequest', async (req, reply) => {
+  // A callback hook, not an async one: it runs on every request and usually has nothing to wait for.
+  app.addHook('onRequest', (req, reply, done) => {
     // Every answer says what it is: no browser may sniff page markdown (or anything) into HTML.
     reply.header('X-Content-Type-Options', 'nosniff');
     // Draining (SIGTERM): a request that still reaches the node is refused in the service's
@@ -97,14 +98,17 @@ export async function buildApp(ctx: CoreContext, opts: AppOptions = {}): Promise
     // /readyz answers itself: 503 in its own shape, which is what a load balancer reads.
     if (closing && req.routeOptions.url !== '/readyz') {
       reply.header('Retry-After', String(UNAVAILABLE_RETRY_S));
-      throw new ServiceError(503, 'unavailable', 'This node is shutting down; try again (another node may answer)');
+      done(new ServiceError(503, 'unavailable', 'This node is shutting down; try again (another node may answer)'));
+      return;
     }
     // A node whose log could not be synced (wal-sync.ts) answers nothing but 503, likewise.
     const failed = ctx.store.syncFailure();
     if (failed && req.routeOptions.url !== '/readyz') {
       reply.header('Retry-After', String(UNAVAILABLE_RETRY_S));
-      throw new ServiceError(503, 'unavailable', failed.message);
+      done(new ServiceError(503, 'unavailable', failed.message));
+      return;
     }
+    done();
   });
   app.addHook('preClose', async () => {
     closing = true;

@@ -5,6 +5,7 @@ import { forbidden, notFound, unauthorized } from '../core/errors.js';
 import { toGrant, toLevel } from '../core/principal-loader.js';
 import { findWorkspace } from '../core/workspaces.js';
 import type { Grant, Principal, Role } from '../policy/principal.js';
+import { pinSnapshot, readCache, readSnapshot } from '../store/read-cache.js';
 import type { PagesTable } from '../store/schema.js';
 import { resolveAccessToken } from './oauth/tokens.js';
 import { hashSecret, safeEqual } from './secrets.js';
@@ -141,37 +142,35 @@ async function loadAgentKey(ctx: CoreContext, values: { hash: string; now: strin
   return r.rows[0];
 }
 
-async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): Promise<Authenticated> {
-  const db = ctx.store.db;
-  const now = Date.now();
-  // SQLite reads in-process: reading the page ahead saves nothing there.
-  const pageId = ctx.store.dialect === 'postgres' ? c.prefetchPage : undefined;
-  const key = await loadAgentKey(ctx, { hash: hashSecret(secret), now: new Date(now).toISOString(), page: pageId });
-  // One message for every dead key: the caller learns nothing about which check failed.
-  const dead = () => unauthorized('The agent key is invalid, expired or revoked', 'invalid_token');
-  // A suspended agent (its creator left the workspace) is as dead as a revoked key.
-  if (!key || key.revoked_at || key.deleted_at || key.suspended_at || key.epoch !== key.token_epoch) throw dead();
-  if (key.expires_at && Date.parse(key.expires_at) <= now) throw dead();
-  if (key.ip_pin && !sameIp(key.ip_pin, c.ip)) throw unauthorized('This key is pinned to another IP address', 'invalid_token');
-  if (c.workspace && c.workspace !== key.workspaceId && c.workspace !== key.slug) {
-    throw notFound(`Workspace ${c.workspace} not found`, 'workspace_not_found');
-  }
-  if (!key.last_used_at || now - Date.parse(key.last_used_at) > KEY_USE_RESOLUTION_MS) {
-    // At most one write per key per minute: a hot key must not put an fsync on every request.
-    await db
-      .updateTable('agent_keys')
-      .set({ last_used_at: new Date(now).toISOString() })
-      .where('id', '=', key.keyId)
-      .execute();
-  }
-  const principal: Principal = {
+/** Keys whose rows are kept between commits (read-cache.ts): a hot key reads nothing. */
+const KEYS_CACHED = 10_000;
+
+/**
+ * An agent key's row and what follows from it alone: the caller it stands for (frozen; one
+ * object for every request the row serves) and its times as numbers.
+ */
+interface KeyEntry {
+  row: AgentKeyRow;
+  /** Revoked, deleted, suspended, or of an older workspace epoch (a lockdown). */
+  dead: boolean;
+  expiresMs: number | null;
+  lastUsedMs: number | null;
+  elevatedMs: number | null;
+  /** The caller while the elevation the row names lasts, and after it (the same object if none). */
+  elevated: Principal;
+  plain: Principal;
+}
+
+function keyEntry(key: AgentKeyRow): KeyEntry {
+  const grants = Object.freeze(parseGrants(key.grantList).map((g) => Object.freeze(g)));
+  const elevated: Principal = Object.freeze({
     id: key.principalId,
     kind: 'agent',
     name: key.name,
     workspaceId: key.workspaceId,
     workspaceSlug: key.slug,
     role: null,
-    grants: parseGrants(key.grantList),
+    grants: grants as Grant[],
     agentCeiling: toLevel(key.agentCeiling),
     keyCeiling: toLevel(key.keyCeiling),
     via: 'key',
@@ -181,7 +180,54 @@ async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): P
     elevatedUntil: key.elevatedUntil ?? null,
     createdBy: key.created_by,
     creatorRole: key.created_by ? ((key.creatorRole as Role | null) ?? null) : null,
+  });
+  return {
+    row: key,
+    // A suspended agent (its creator left the workspace) is as dead as a revoked key.
+    dead: Boolean(key.revoked_at || key.deleted_at || key.suspended_at || key.epoch !== key.token_epoch),
+    expiresMs: key.expires_at ? Date.parse(key.expires_at) : null,
+    lastUsedMs: key.last_used_at ? Date.parse(key.last_used_at) : null,
+    elevatedMs: key.elevatedUntil ? Date.parse(key.elevatedUntil) : null,
+    elevated,
+    plain: key.elevatedUntil ? Object.freeze({ ...elevated, elevatedUntil: null }) : elevated,
   };
+}
+
+async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): Promise<Authenticated> {
+  const db = ctx.store.db;
+  const now = Date.now();
+  // SQLite reads in-process: reading the page ahead saves nothing there.
+  const pageId = ctx.store.dialect === 'postgres' ? c.prefetchPage : undefined;
+  const hash = hashSecret(secret);
+  const load = async () => {
+    const row = await loadAgentKey(ctx, { hash, now: new Date(now).toISOString(), page: pageId });
+    return row ? keyEntry(row) : undefined;
+  };
+  // A kept row is the one a read would return now: any commit (a revocation, a lockdown, an
+  // elevation, this key's own last_used_at) drops it. Only the times are checked anew below.
+  const snapshot = readSnapshot(ctx.store);
+  const entry = pageId === undefined ? await readCache<KeyEntry | undefined>(ctx.store, 'agent-keys', KEYS_CACHED).through(hash, load, snapshot) : await load();
+  // One message for every dead key: the caller learns nothing about which check failed.
+  const dead = () => unauthorized('The agent key is invalid, expired or revoked', 'invalid_token');
+  if (!entry || entry.dead) throw dead();
+  const key = entry.row;
+  if (entry.expiresMs !== null && entry.expiresMs <= now) throw dead();
+  if (key.ip_pin && !sameIp(key.ip_pin, c.ip)) throw unauthorized('This key is pinned to another IP address', 'invalid_token');
+  if (c.workspace && c.workspace !== key.workspaceId && c.workspace !== key.slug) {
+    throw notFound(`Workspace ${c.workspace} not found`, 'workspace_not_found');
+  }
+  if (entry.lastUsedMs === null || now - entry.lastUsedMs > KEY_USE_RESOLUTION_MS) {
+    // At most one write per key per minute: a hot key must not put an fsync on every request.
+    await db
+      .updateTable('agent_keys')
+      .set({ last_used_at: new Date(now).toISOString() })
+      .where('id', '=', key.keyId)
+      .execute();
+  }
+  // The row names the latest elevation unexpired when it was read; it may have run out since.
+  const principal = entry.elevatedMs !== null && entry.elevatedMs > now ? entry.elevated : entry.plain;
+  // What this request reads next (its page) is judged against the same state of the store.
+  pinSnapshot(principal, snapshot);
   return { principal, page: pageId === undefined ? undefined : key.page === null ? null : (JSON.parse(key.page) as PagesTable) };
 }
 

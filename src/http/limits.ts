@@ -187,14 +187,16 @@ export function registerRateLimits(app: FastifyInstance, ctx: Pick<CoreContext, 
     await apply(this, reply, 'principal', [rules[id]]);
   });
 
-  app.addHook('onRequest', async (req, reply) => {
+  // Callback hooks: most requests have no per-IP rule, and then nothing is waited for.
+  app.addHook('onRequest', (req, reply, done) => {
     const list = ipRulesFor(rules, methodOf(req), matchPath(req));
-    if (list.length > 0) await apply(req, reply, 'ip', list);
+    if (list.length === 0) done();
+    else apply(req, reply, 'ip', list).then(() => done(), done);
   });
-  app.addHook('preParsing', async (req, reply, payload) => {
+  app.addHook('preParsing', (req, reply, payload, done) => {
     const list = principalRulesFor(rules, methodOf(req), matchPath(req));
-    if (list.length > 0) await apply(req, reply, 'principal', list);
-    return payload;
+    if (list.length === 0) done(null, payload);
+    else apply(req, reply, 'principal', list).then(() => done(null, payload), done);
   });
 
   // Buckets untouched for the longest refill are full again: deleting them loses nothing.

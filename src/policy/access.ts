@@ -55,6 +55,23 @@ export function ceilingFor(p: Principal, action: Action, target: string, now = n
   return minLevel(best, p.agentCeiling, p.keyCeiling, cap, ROLE_CEILING[creator]);
 }
 
+/** The time-independent part of readViewKey, per principal (principals are never changed). */
+const viewBases = new WeakMap<Principal, string>();
+
+/**
+ * Everything ceilingFor reads of a principal for `read`, at `now`, as one string: two callers
+ * with the same key see every page the same way, so a rendered read may be kept for it
+ * (core/pages/read.ts). Keep it in step with ceilingFor.
+ */
+export function readViewKey(p: Principal, now = new Date()): string {
+  let base = viewBases.get(p);
+  if (base === undefined) {
+    base = JSON.stringify([p.workspaceId, p.kind, p.role, p.grants, p.agentCeiling, p.keyCeiling, p.creatorRole === undefined ? 0 : p.creatorRole]);
+    viewBases.set(p, base);
+  }
+  return p.kind === 'agent' && isElevated(p, now) ? `${base}+` : base;
+}
+
 /**
  * The role an agent's reach is capped at: its creator's current role. `undefined` (a principal
  * built without it, e.g. by a unit test) means no cap beyond the grants; null means the

@@ -27,6 +27,17 @@ export interface Store {
   syncFailure(): Error | null;
   /** Group-commit figures (SQLite): syncs made, commits they made durable, background checkpoints run. */
   syncStats(): { syncs: number; commits: number; checkpoints: number } | null;
+  /**
+   * How many commits this process has made on the store (SQLite; counted as they return). With
+   * othersCommits, what read-cache.ts keys what it keeps by.
+   */
+  ownCommits(): number;
+  /**
+   * A count that changes whenever another connection (another process on the same file) has
+   * committed: SQLite's `PRAGMA data_version` (a few microseconds). null where there is no such
+   * check (PostgreSQL: other nodes write unseen), and then nothing may be kept.
+   */
+  othersCommits(): number | null;
   close(): Promise<void>;
 }
 
@@ -75,6 +86,8 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
       assertWritable: () => {},
       syncFailure: () => null,
       syncStats: () => null,
+      ownCommits: () => 0,
+      othersCommits: () => null,
       close: () => db.destroy(),
     };
   }
@@ -104,7 +117,11 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
     // without it being so. As for the log's own sync: stop acknowledging.
     onIoError: (err) => syncer?.stop(err),
   });
+  // Commits made on this connection: PRAGMA data_version does not count them.
+  let commits = 0;
+  const dataVersion = file.prepare('PRAGMA data_version').pluck();
   const onCommit = () => {
+    commits++;
     if (!syncer) return;
     syncer.noteCommit();
     checkpointer.noteCommit();
@@ -123,6 +140,8 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
     },
     syncFailure: () => syncer?.failure ?? null,
     syncStats: () => ({ syncs: syncer?.syncs ?? 0, commits: syncer?.commits ?? 0, checkpoints: checkpointer.runs }),
+    ownCommits: () => commits,
+    othersCommits: () => (file.open ? (dataVersion.get() as number) : null),
     close: async () => {
       await syncer?.close();
       await checkpointer.close();

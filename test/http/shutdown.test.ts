@@ -85,7 +85,9 @@ async function refused(url: string): Promise<void> {
       s.once('error', (e: NodeJS.ErrnoException) => resolve(e.code === 'ECONNREFUSED' ? 'refused' : (e.code ?? e.message)));
     });
     if (outcome === 'refused') return;
-    if (outcome !== 'accepted') throw new Error(`unexpected connection outcome ${outcome}`);
+    // ECONNRESET: the kernel queued the connection as the listener closed, then reset it; the
+    // next attempt finds the port closed.
+    if (outcome !== 'accepted' && outcome !== 'ECONNRESET') throw new Error(`unexpected connection outcome ${outcome}`);
     await sleep(20);
   }
 }

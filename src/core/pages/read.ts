@@ -1,12 +1,14 @@
 import { createTwoFilesPatch } from 'diff';
 import { sql } from 'kysely';
 import { extractSections, redactDocument } from '../../markdown/index.js';
+import { readViewKey } from '../../policy/access.js';
 import { blockVisibility, canDiff, canReadInFull, canReadPage } from '../../policy/pages.js';
 import type { Principal } from '../../policy/principal.js';
 import { findReadablePage, isPageId, readableOrNotFound } from '../../retrieval/lookup.js';
 import { suggestPagePath } from '../../retrieval/suggest.js';
 import { ObjectStore } from '../../store/git/object-store.js';
 import { resolveCommit } from '../../store/commits.js';
+import { pinnedSnapshot, readCache } from '../../store/read-cache.js';
 import type { Executor } from '../../store/db.js';
 import type { PagesTable, PageVersionsTable } from '../../store/schema.js';
 import type { CoreContext } from '../context.js';
@@ -49,17 +51,55 @@ export interface ReadOptions {
   prefetched?: PagesTable | null | undefined;
 }
 
+function deepFreeze<T>(v: T): T {
+  if (typeof v === 'object' && v !== null && !Object.isFrozen(v)) {
+    Object.freeze(v);
+    for (const x of Object.values(v)) deepFreeze(x);
+  }
+  return v;
+}
+
+const keptFrom = new WeakMap<PageRecord, PageRecord>();
+
+/**
+ * The kept, frozen record a read of now was copied from (the same in every field but
+ * last_touched_at, and the same object for every read served by it): a face may keep what it
+ * derives from it, such as its JSON, for as long as the object lives.
+ */
+export function keptRecord(record: PageRecord): Readonly<PageRecord> | undefined {
+  return keptFrom.get(record);
+}
+
+/** Rendered reads of now kept between commits, per store. */
+const PAGE_READS_KEPT = 2_000;
+
 /** Reads a page redacted to the caller's ceiling, now or at a commit; counts as a read. */
 export async function readPage(ctx: CoreContext, p: Principal, ref: string, opts: ReadOptions = {}): Promise<PageRecord> {
   const db = ctx.store.db;
   const now = new Date().toISOString();
   if (!opts.at) {
-    const row =
-      opts.prefetched !== undefined && isPageId(ref)
-        ? readableOrNotFound(p, ref, opts.prefetched)
-        : await findReadablePage(db, p, ref).catch((e: unknown) => withSuggestion(db, p, ref, e));
-    ctx.touches.touch(row.id, now);
-    return presentSection(p, { ...row, last_touched_at: now }, opts.section);
+    const load = async (): Promise<PageRecord> => {
+      const row =
+        opts.prefetched !== undefined && isPageId(ref)
+          ? readableOrNotFound(p, ref, opts.prefetched)
+          : await findReadablePage(db, p, ref).catch((e: unknown) => withSuggestion(db, p, ref, e));
+      return deepFreeze(presentSection(p, { ...row, last_touched_at: now }, opts.section));
+    };
+    // The same read by the same view of the workspace, with nothing committed since, renders
+    // the same record (read-cache.ts); only the time of this read differs. Kept records are
+    // frozen: a caller changing one would change every later answer.
+    const kept =
+      opts.prefetched === undefined
+        ? await readCache<PageRecord>(ctx.store, 'page-reads', PAGE_READS_KEPT).through(
+            `${readViewKey(p)}\u0000${ref}\u0000${opts.section ?? '\u0000'}`,
+            load,
+            pinnedSnapshot(ctx.store, p),
+          )
+        : await load();
+    ctx.touches.touch(kept.id, now);
+    const record = { ...kept, last_touched_at: now };
+    keptFrom.set(record, kept);
+    return record;
   }
   const row = await findReadablePage(db, p, ref, { includeDeleted: true }).catch((e: unknown) => withSuggestion(db, p, ref, e));
   const commit = await resolveCommit(db, p.workspaceId, opts.at);

@@ -1,7 +1,8 @@
 import type { FastifyReply } from 'fastify';
 import { z } from 'zod';
 import type { CoreContext } from '../../core/context.js';
-import { pageDiff, pageHistory, readPage } from '../../core/pages/read.js';
+import { serializerCompiler } from 'fastify-type-provider-zod';
+import { keptRecord, pageDiff, pageHistory, readPage } from '../../core/pages/read.js';
 import type { PageRecord } from '../../core/pages/record.js';
 import {
   archivePage,
@@ -17,6 +18,7 @@ import { ArchiveReasonInput, BODY_PATH_MAX_CHARS, CommitMessage, PATH_MAX_CHARS,
 import { proposedView } from '../../presenters/proposals.js';
 import { writeResultView } from '../../presenters/pages.js';
 import { caller } from '../shared/caller.js';
+import { touchedJson } from '../shared/touched-json.js';
 import { PageRefParams, ProposedSchema, PageRecordSchema, WriteResultSchema, Timestamp } from '../schemas.js';
 import { errors, optionalBody, route, type RestApp } from '../shared/schemas.js';
 
@@ -64,6 +66,11 @@ function headerValue(v: string | string[] | undefined): string | undefined {
   return Array.isArray(v) ? v.join(',') : v;
 }
 
+/** The JSON of a page record exactly as the routes answering PageRecordSchema write it. */
+const serializeRecord = serializerCompiler({ schema: PageRecordSchema, method: 'GET', url: '/api/v1/nodes/:id', httpStatus: '200' }) as (
+  r: PageRecord,
+) => string;
+
 export async function nodeRoutes(r: RestApp, ctx: CoreContext): Promise<void> {
   const tags = ['pages'];
 
@@ -100,15 +107,22 @@ export async function nodeRoutes(r: RestApp, ctx: CoreContext): Promise<void> {
     async (req, reply) => {
       const record = await readPage(ctx, caller(req), req.params.id, { at: req.query.at, section: req.query.section, prefetched: req.prefetchedPage });
       withEtag(reply, record);
+      const raw = reply as FastifyReply;
       if (req.query.format === 'md') {
         // Raw markdown bypasses the JSON serializer on purpose.
-        const raw = reply as FastifyReply;
         return raw
           .type('text/markdown; charset=utf-8')
           .serializer((x: unknown) => String(x))
           .send(record.section ?? record.content);
       }
-      return record;
+      // A read served from what was kept since the last commit: its JSON too (touched-json.ts),
+      // made by the route's own serializer.
+      const kept = keptRecord(record);
+      if (!kept) return record;
+      return raw
+        .type('application/json; charset=utf-8')
+        .serializer((x: unknown) => String(x))
+        .send(touchedJson(record, kept, serializeRecord));
     },
   );
 

@@ -1,0 +1,99 @@
+import type { Store } from './db.js';
+
+/**
+ * Values read from the database, kept while nothing has been committed since they were read.
+ * Every entry belongs to one state of the store, named by two counts that only grow: this
+ * process's commits (`ownCommits`, counted as they return) and other processes' commits on the
+ * same file (`othersCommits`, SQLite's `PRAGMA data_version`); all entries go when either moves.
+ * A hit therefore answers exactly what a fresh read would. Where the store cannot tell that
+ * others committed (PostgreSQL) nothing is kept and every lookup reads.
+ *
+ * Asking SQLite for `data_version` costs a few microseconds (it opens a read transaction), so a
+ * request asks once: its first lookup takes a snapshot of it (`readSnapshot`), and later lookups
+ * of the same request made within 50 ms pass it along (`pinSnapshot` / `pinnedSnapshot` on the
+ * request's principal). That is the same as the request having read all it reads at that first
+ * moment: no answer is older than the request. This process's own commits are always counted live.
+ *
+ * What is kept must depend on the database alone, or the caller folds whatever else it depends
+ * on into the key, and re-checks time-bound facts (an expiry) on every use.
+ */
+export class ReadCache<V> {
+  private own = -1;
+  private others = -1;
+  private readonly entries = new Map<string, V>();
+
+  constructor(
+    private readonly store: Store,
+    private readonly max: number,
+  ) {}
+
+  /**
+   * The value under `key`, read by `load` when not kept. `snapshot`: other processes' commit
+   * count as this request first saw it (readSnapshot); null reads without keeping. The counts
+   * are taken before `load` runs, so a commit landing while it reads leaves the value tagged
+   * older than what it saw, never newer: the next lookup drops it.
+   */
+  async through(key: string, load: () => Promise<V>, snapshot: number | null): Promise<V> {
+    if (snapshot === null) return load();
+    const own = this.store.ownCommits();
+    if (own !== this.own || snapshot > this.others) {
+      this.entries.clear();
+      this.own = own;
+      this.others = snapshot;
+    } else if (snapshot < this.others) {
+      // A request that began before another process's commit which a later one has seen: it
+      // may neither use nor fill what was kept for the newer state.
+      return load();
+    }
+    const hit = this.entries.get(key);
+    if (hit !== undefined) return hit;
+    const value = await load();
+    if (value !== undefined && this.own === own && this.others === snapshot) {
+      if (this.entries.size >= this.max) this.entries.delete(this.entries.keys().next().value as string);
+      this.entries.set(key, value);
+    }
+    return value;
+  }
+}
+
+const caches = new WeakMap<Store, Map<string, ReadCache<unknown>>>();
+
+/** The store's cache named `name` (one per store: servers in one process never share entries). */
+export function readCache<V>(store: Store, name: string, max: number): ReadCache<V> {
+  let byName = caches.get(store);
+  if (!byName) {
+    byName = new Map();
+    caches.set(store, byName);
+  }
+  let cache = byName.get(name);
+  if (!cache) {
+    cache = new ReadCache<unknown>(store, max);
+    byName.set(name, cache);
+  }
+  return cache as ReadCache<V>;
+}
+
+/** Other processes' commit count now, for ReadCache.through; null where nothing may be kept. */
+export function readSnapshot(store: Store): number | null {
+  return store.othersCommits();
+}
+
+/**
+ * How long a request's snapshot serves its later lookups. A request's work between its
+ * authentication and its reads takes microseconds; one that waits (a long-poll, a batch of calls)
+ * takes a new snapshot for what it reads afterwards.
+ */
+const PIN_MS = 50;
+
+const pinned = new WeakMap<object, { snapshot: number; at: number }>();
+
+/** Ties a request's snapshot to an object that lives as long as the request (its principal). */
+export function pinSnapshot(owner: object, snapshot: number | null): void {
+  if (snapshot !== null) pinned.set(owner, { snapshot, at: performance.now() });
+}
+
+/** The snapshot pinned to `owner` in the last moments, else a fresh one. */
+export function pinnedSnapshot(store: Store, owner: object): number | null {
+  const pin = pinned.get(owner);
+  return pin !== undefined && performance.now() - pin.at < PIN_MS ? pin.snapshot : readSnapshot(store);
+}
