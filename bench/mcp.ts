@@ -9,7 +9,19 @@
 import { encode } from 'gpt-tokenizer/encoding/o200k_base';
 import { createAgentWithKey, signupHuman } from '../test/support/server.js';
 import { typicalPage } from './content.js';
-import { installCleanupHandlers, load, log, makeTempDir, removeTempDir, round, SERVICE_ENV, startChild, type ChildServer, runStandalone } from './util.js';
+import {
+  cpuProfileEnv,
+  installCleanupHandlers,
+  load,
+  log,
+  makeTempDir,
+  removeTempDir,
+  round,
+  SERVICE_ENV,
+  startChild,
+  type ChildServer,
+  runStandalone,
+} from './util.js';
 
 const ACCEPT = 'application/json, text/event-stream';
 
@@ -29,7 +41,12 @@ export async function benchMcp(opts: { durationS: number; warmupS: number; conne
   let service: ChildServer | undefined;
   try {
     log('mcp: starting the service (src/main.ts) as a child process');
-    service = await startChild({ name: 'service', script: 'src/main.ts', env: { ...SERVICE_ENV, DATA_DIR: dataDir }, readyPath: '/healthz' });
+    service = await startChild({
+      name: 'service',
+      script: 'src/main.ts',
+      env: { ...SERVICE_ENV, DATA_DIR: dataDir, ...cpuProfileEnv() },
+      readyPath: '/healthz',
+    });
     const human = await signupHuman(service.url, 'Bencher');
     const agent = await createAgentWithKey(
       human.client,

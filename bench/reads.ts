@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Client, createAgentWithKey, signupHuman } from '../test/support/server.js';
 import { typicalPage } from './content.js';
-import { load, log, makeTempDir, removeTempDir, round, SERVICE_ENV, startChild, type ChildServer } from './util.js';
+import { cpuProfileEnv, load, log, makeTempDir, removeTempDir, round, SERVICE_ENV, startChild, type ChildServer } from './util.js';
 
 export async function benchReads(opts: { durationS: number; warmupS: number; connections: number }): Promise<Record<string, unknown>> {
   const dataDir = makeTempDir('reads');
@@ -15,10 +15,12 @@ export async function benchReads(opts: { durationS: number; warmupS: number; con
   let bare: ChildServer | undefined;
   try {
     log('reads: starting the service (src/main.ts) as a child process');
-    // CV_CPU_PROF_DIR=<dir>: the service (only) records a CPU profile there (bench/cpu-prof-preload.mjs).
-    const profDir = process.env.CV_CPU_PROF_DIR;
-    const profEnv: Record<string, string> = profDir ? { NODE_OPTIONS: `--import=${path.resolve('bench/cpu-prof-preload.mjs')}`, CV_CPU_PROF_DIR: profDir } : {};
-    service = await startChild({ name: 'service', script: 'src/main.ts', env: { ...SERVICE_ENV, DATA_DIR: dataDir, ...profEnv }, readyPath: '/healthz' });
+    service = await startChild({
+      name: 'service',
+      script: 'src/main.ts',
+      env: { ...SERVICE_ENV, DATA_DIR: dataDir, ...cpuProfileEnv() },
+      readyPath: '/healthz',
+    });
     const human = await signupHuman(service.url, 'Reader');
     const agent = await createAgentWithKey(human.client, [{ action: 'read' }, { action: 'write' }], { name: 'bench-reader' });
     const content = typicalPage();

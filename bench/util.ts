@@ -26,6 +26,15 @@ export const SERVICE_ENV: Record<string, string> = {
   RATE_LIMIT_LOGIN_PER_MIN: '1000000000',
 };
 
+/**
+ * With CV_CPU_PROF_DIR=<dir> set for the benchmark, the env that makes a service child record a
+ * V8 CPU profile there (bench/cpu-prof-preload.mjs); else nothing.
+ */
+export function cpuProfileEnv(): Record<string, string> {
+  const dir = process.env.CV_CPU_PROF_DIR;
+  return dir ? { NODE_OPTIONS: `--import=${path.join(ROOT, 'bench', 'cpu-prof-preload.mjs')}`, CV_CPU_PROF_DIR: dir } : {};
+}
+
 /** Human progress: stderr only, stdout carries the one JSON result. */
 export function log(msg: string): void {
   process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${msg}\n`);

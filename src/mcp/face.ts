@@ -5,7 +5,7 @@ import { isServiceError, ServiceError } from '../core/errors.js';
 import { toServiceError } from '../http/shared/errors.js';
 import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { ExchangeTransport } from './exchange.js';
-import { buildServer, buildShared, type McpCallContext } from './server.js';
+import { buildServer, buildShared, directToolCall, type McpCallContext } from './server.js';
 import type { Toolset } from './tools/index.js';
 
 /** The face's two endpoints: the token's own workspace, and one pinned to a workspace slug. */
@@ -18,6 +18,12 @@ const INTERNAL_ERROR = -32603;
 
 /** Idle servers kept for reuse. */
 const POOL = 64;
+
+/** A pooled server and the transport it stays connected to. */
+interface Slot {
+  mcp: McpServer;
+  transport: ExchangeTransport;
+}
 
 function headerValue(v: string | string[] | undefined): string | undefined {
   return Array.isArray(v) ? v[0] : v;
@@ -64,8 +70,16 @@ function sendRpcError(
 export async function mcpFace(face: FastifyInstance): Promise<void> {
   const ctx = face.ctx;
   const shared = buildShared();
-  // Servers are reused, one request at a time each: building one per request was a tenth of a call.
-  const idle: McpServer[] = [];
+  // Servers are reused, one request at a time each, and stay connected to their transport:
+  // building one per request was a tenth of a call, and closing one after each (the SDK aborts
+  // its handlers' signals and builds a "Connection closed" error, stack and all) a tenth again.
+  const idle: Slot[] = [];
+  const newSlot = async (): Promise<Slot> => {
+    const mcp = buildServer(ctx, shared, face.log);
+    const transport = new ExchangeTransport();
+    await mcp.connect(transport);
+    return { mcp, transport };
+  };
   // Long-polls in flight end when the server closes; one whose request was still on its way in
   // (authentication) when the close began ends as soon as it gets here.
   const inFlight = new Set<AbortController>();
@@ -117,21 +131,19 @@ export async function mcpFace(face: FastifyInstance): Promise<void> {
     const ac = new AbortController();
     inFlight.add(ac);
     if (closing) ac.abort();
-    const mcp = idle.pop() ?? buildServer(ctx, shared, face.log);
-    const transport = new ExchangeTransport();
+    const slot = idle.pop() ?? (await newSlot());
     const raw = reply.raw;
-    // A finished answer leaves nothing behind (JSON mode: no stream, no timer), so the
-    // server and transport are left to the GC; only a client that went away before its
-    // answer ends the call's work (an inbox long-poll) and the connection.
+    let kept = false;
+    // A finished answer leaves the server ready for the next request; only a client that went
+    // away before its answer ends the call's work (an inbox long-poll) and the server with it.
     const done = () => {
       inFlight.delete(ac);
       if (raw.writableFinished) return;
       ac.abort();
-      void mcp.close().catch(() => {});
+      if (!kept) void slot.mcp.close().catch(() => {});
     };
     raw.once('close', done);
     try {
-      await mcp.connect(transport);
       // The request's own unit (spent in the limits hook) pays for its first tool call.
       let calls = 0;
       const call: McpCallContext = {
@@ -144,18 +156,22 @@ export async function mcpFace(face: FastifyInstance): Promise<void> {
         },
       };
       const authInfo: AuthInfo = { token: '', clientId: call.principal.id, scopes: [], extra: { mcp: call } };
-      const answer = await transport.exchange(
+      const answer = await slot.transport.exchange(
         message,
         { accept: headerValue(req.headers.accept), protocolVersion: headerValue(req.headers['mcp-protocol-version']) },
         authInfo,
+        (request) => directToolCall(ctx, shared, face.log, request, call),
       );
       // The exchange is over: the server goes back to the pool for the next request.
-      await mcp.close();
-      if (!ac.signal.aborted && idle.length < POOL) idle.push(mcp);
+      if (!ac.signal.aborted && idle.length < POOL) {
+        kept = true;
+        idle.push(slot);
+      } else void slot.mcp.close().catch(() => {});
       reply.code(answer.status);
       if (answer.body === null) return reply.send();
       return reply.type('application/json').send(JSON.stringify(answer.body));
     } catch (err) {
+      if (!kept) void slot.mcp.close().catch(() => {});
       req.log.error({ err }, 'MCP request failed');
       if (!raw.headersSent) {
         return reply
