@@ -206,7 +206,10 @@ async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): P
   // A kept row is the one a read would return now: any commit (a revocation, a lockdown, an
   // elevation, this key's own last_used_at) drops it. Only the times are checked anew below.
   const snapshot = readSnapshot(ctx.store);
-  const entry = pageId === undefined ? await readCache<KeyEntry | undefined>(ctx.store, 'agent-keys', KEYS_CACHED).through(hash, load, snapshot) : await load();
+  const entry =
+    pageId === undefined
+      ? await readCache<KeyEntry | undefined>(ctx.store, 'agent-keys', { entries: KEYS_CACHED }).through(hash, load, snapshot)
+      : await load();
   // One message for every dead key: the caller learns nothing about which check failed.
   const dead = () => unauthorized('The agent key is invalid, expired or revoked', 'invalid_token');
   if (!entry || entry.dead) throw dead();

@@ -17,14 +17,23 @@ import type { Store } from './db.js';
  * What is kept must depend on the database alone, or the caller folds whatever else it depends
  * on into the key, and re-checks time-bound facts (an expiry) on every use.
  */
+export interface ReadCacheLimits {
+  /** Entries kept at most. */
+  entries: number;
+  /** With `weigh`: the most weight (say, bytes) kept; one entry heavier than this is not kept. */
+  weight?: number;
+  weigh?: (value: unknown) => number;
+}
+
 export class ReadCache<V> {
   private own = -1;
   private others = -1;
-  private readonly entries = new Map<string, V>();
+  private readonly entries = new Map<string, { value: V; weight: number }>();
+  private weight = 0;
 
   constructor(
     private readonly store: Store,
-    private readonly max: number,
+    private readonly limits: ReadCacheLimits,
   ) {}
 
   /**
@@ -38,6 +47,7 @@ export class ReadCache<V> {
     const own = this.store.ownCommits();
     if (own !== this.own || snapshot > this.others) {
       this.entries.clear();
+      this.weight = 0;
       this.own = own;
       this.others = snapshot;
     } else if (snapshot < this.others) {
@@ -46,20 +56,36 @@ export class ReadCache<V> {
       return load();
     }
     const hit = this.entries.get(key);
-    if (hit !== undefined) return hit;
+    if (hit !== undefined) return hit.value;
     const value = await load();
-    if (value !== undefined && this.own === own && this.others === snapshot) {
-      if (this.entries.size >= this.max) this.entries.delete(this.entries.keys().next().value as string);
-      this.entries.set(key, value);
-    }
+    if (value !== undefined && this.own === own && this.others === snapshot) this.keep(key, value);
     return value;
+  }
+
+  /** Keeps a value, dropping the oldest entries past the limits (first in, first out). */
+  private keep(key: string, value: V): void {
+    const { entries: max, weight: maxWeight = Infinity, weigh } = this.limits;
+    const weight = weigh ? weigh(value) : 0;
+    if (weight > maxWeight) return;
+    const old = this.entries.get(key);
+    if (old) {
+      this.entries.delete(key);
+      this.weight -= old.weight;
+    }
+    while (this.entries.size > 0 && (this.entries.size >= max || this.weight + weight > maxWeight)) {
+      const [k, e] = this.entries.entries().next().value as [string, { weight: number }];
+      this.entries.delete(k);
+      this.weight -= e.weight;
+    }
+    this.entries.set(key, { value, weight });
+    this.weight += weight;
   }
 }
 
 const caches = new WeakMap<Store, Map<string, ReadCache<unknown>>>();
 
 /** The store's cache named `name` (one per store: servers in one process never share entries). */
-export function readCache<V>(store: Store, name: string, max: number): ReadCache<V> {
+export function readCache<V>(store: Store, name: string, limits: ReadCacheLimits): ReadCache<V> {
   let byName = caches.get(store);
   if (!byName) {
     byName = new Map();
@@ -67,7 +93,7 @@ export function readCache<V>(store: Store, name: string, max: number): ReadCache
   }
   let cache = byName.get(name);
   if (!cache) {
-    cache = new ReadCache<unknown>(store, max);
+    cache = new ReadCache<unknown>(store, limits);
     byName.set(name, cache);
   }
   return cache as ReadCache<V>;

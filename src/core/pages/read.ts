@@ -70,8 +70,15 @@ export function keptRecord(record: PageRecord): Readonly<PageRecord> | undefined
   return keptFrom.get(record);
 }
 
-/** Rendered reads of now kept between commits, per store. */
-const PAGE_READS_KEPT = 2_000;
+/**
+ * Rendered reads of now kept between commits, per store: at most 2,000, and about 32 MiB (a
+ * record holds its text twice, content and body, and a face may keep its JSON beside it).
+ */
+const PAGE_READS_KEPT = {
+  entries: 2_000,
+  weight: 32 * 1024 * 1024,
+  weigh: (r: unknown) => 4 * ((r as PageRecord).content.length + (r as PageRecord).body.length) + 2_048,
+};
 
 /** Reads a page redacted to the caller's ceiling, now or at a commit; counts as a read. */
 export async function readPage(ctx: CoreContext, p: Principal, ref: string, opts: ReadOptions = {}): Promise<PageRecord> {

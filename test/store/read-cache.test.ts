@@ -1,0 +1,116 @@
+import { sql } from 'kysely';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openStore, type Store } from '../../src/store/db.js';
+import { ReadCache, readSnapshot } from '../../src/store/read-cache.js';
+import { createTestDatabase } from '../support/engines.js';
+
+/**
+ * src/store/read-cache.ts on a real SQLite store: what is kept goes at the next commit (this
+ * connection's or another's), the limits hold (entries and weight), and a request whose
+ * snapshot is older than what was kept neither uses nor fills it.
+ */
+describe('ReadCache (sqlite)', () => {
+  let store: Store;
+  let other: Store;
+  let cleanup: () => Promise<void>;
+
+  beforeAll(async () => {
+    const tdb = await createTestDatabase('sqlite');
+    cleanup = tdb.cleanup;
+    store = await openStore({ dataDir: tdb.dataDir });
+    // A second connection to the same file, as another node or the CLI would open.
+    other = await openStore({ dataDir: tdb.dataDir });
+    await sql`create table cache_probe (n integer)`.execute(store.db);
+  });
+  afterAll(async () => {
+    await other?.close();
+    await store?.close();
+    await cleanup?.();
+  });
+
+  /** A cache whose loads are counted, answering `value-<key>-<loads>`. */
+  function counted(limits: ConstructorParameters<typeof ReadCache<string>>[1]) {
+    const cache = new ReadCache<string>(store, limits);
+    let loads = 0;
+    const get = (key: string, snapshot = readSnapshot(store)) =>
+      cache.through(
+        key,
+        async () => {
+          loads++;
+          return `value-${key}-${loads}`;
+        },
+        snapshot,
+      );
+    return { get, loads: () => loads };
+  }
+
+  it('keeps a value until a commit on this connection, then reads again', async () => {
+    const c = counted({ entries: 10 });
+    expect(await c.get('a')).toBe('value-a-1');
+    expect(await c.get('a')).toBe('value-a-1');
+    await sql`insert into cache_probe values (1)`.execute(store.db);
+    expect(await c.get('a')).toBe('value-a-2');
+    expect(c.loads()).toBe(2);
+  });
+
+  it('drops what it kept when another connection commits', async () => {
+    const c = counted({ entries: 10 });
+    expect(await c.get('b')).toBe('value-b-1');
+    await sql`insert into cache_probe values (2)`.execute(other.db);
+    expect(await c.get('b')).toBe('value-b-2');
+    expect(await c.get('b')).toBe('value-b-2');
+  });
+
+  it('a request whose snapshot predates one already seen reads afresh and keeps nothing', async () => {
+    const c = counted({ entries: 10 });
+    const early = readSnapshot(store)!;
+    await sql`insert into cache_probe values (3)`.execute(other.db);
+    expect(await c.get('c')).toBe('value-c-1');
+    expect(await c.get('c', early)).toBe('value-c-2');
+    expect(await c.get('c')).toBe('value-c-1');
+  });
+
+  it('keeps at most `entries`, dropping the oldest first', async () => {
+    const c = counted({ entries: 2 });
+    await c.get('x');
+    await c.get('y');
+    await c.get('z');
+    expect(c.loads()).toBe(3);
+    await c.get('z');
+    await c.get('y');
+    expect(c.loads()).toBe(3);
+    await c.get('x');
+    expect(c.loads()).toBe(4);
+  });
+
+  it('keeps at most `weight`, and never one value heavier than it', async () => {
+    const cache = new ReadCache<string>(store, { entries: 100, weight: 10, weigh: (v) => (v as string).length });
+    let loads = 0;
+    const get = (key: string, value: string) =>
+      cache.through(
+        key,
+        async () => {
+          loads++;
+          return value;
+        },
+        readSnapshot(store),
+      );
+    await get('a', '1234');
+    await get('b', '5678');
+    await get('a', '1234');
+    expect(loads).toBe(2);
+    await get('c', '9012');
+    await get('a', '1234');
+    expect(loads).toBe(4);
+    await get('big', '12345678901');
+    await get('big', '12345678901');
+    expect(loads).toBe(6);
+  });
+
+  it('keeps nothing without a snapshot (what PostgreSQL gives)', async () => {
+    const c = counted({ entries: 10 });
+    await c.get('p', null as unknown as number);
+    await c.get('p', null as unknown as number);
+    expect(c.loads()).toBe(2);
+  });
+});
