@@ -60,6 +60,16 @@ export class ExchangeTransport implements Transport {
   private readonly waiting = new Map<RequestId, JSONRPCMessage | null>();
   private finish: ((a: ExchangeAnswer) => void) | undefined;
   private batch = false;
+  /** Requests handed to the server and not answered yet, over every exchange so far. */
+  private outstanding = 0;
+
+  /**
+   * True when every request the server was given has been answered: no handler of an earlier
+   * exchange can still answer into the next one, so the server may serve another caller.
+   */
+  get idle(): boolean {
+    return this.outstanding === 0;
+  }
 
   async start(): Promise<void> {}
 
@@ -76,7 +86,8 @@ export class ExchangeTransport implements Transport {
     // JSON mode: notifications and requests from the server during a call have no channel.
     if ('method' in message || !('result' in message || 'error' in message)) return;
     const id = message.id ?? options?.relatedRequestId;
-    if (id === undefined || !this.waiting.has(id)) return;
+    if (id !== undefined && id !== null) this.outstanding--;
+    if (id === undefined || this.waiting.get(id) !== null) return;
     this.waiting.set(id, message);
     if ([...this.waiting.values()].some((m) => m === null)) return;
     const responses = [...this.waiting.values()];
@@ -121,6 +132,10 @@ export class ExchangeTransport implements Transport {
       );
     }
     const requests = messages.filter(isRequest);
+    // An id names one answer: two requests under one id could not be told apart.
+    if (new Set(requests.map((r) => r.id)).size !== requests.length) {
+      return Promise.resolve(rpcError(400, -32600, 'Invalid Request: the requests of a batch need distinct ids'));
+    }
     // The transport serves one exchange after another (the face pools connected servers).
     this.waiting.clear();
     if (requests.length === 0) {
@@ -133,6 +148,7 @@ export class ExchangeTransport implements Transport {
     return new Promise<ExchangeAnswer>((resolve) => {
       this.finish = resolve;
       for (const r of requests) this.waiting.set(r.id, null);
+      this.outstanding += requests.length;
       for (const m of messages) this.onmessage?.(m, { authInfo });
     });
   }

@@ -163,7 +163,7 @@ export async function mcpFace(face: FastifyInstance): Promise<void> {
         (request) => directToolCall(ctx, shared, face.log, request, call),
       );
       // The exchange is over: the server goes back to the pool for the next request.
-      if (!ac.signal.aborted && idle.length < POOL) {
+      if (!ac.signal.aborted && slot.transport.idle && idle.length < POOL) {
         kept = true;
         idle.push(slot);
       } else void slot.mcp.close().catch(() => {});

@@ -67,6 +67,16 @@ export function bytesToVec(b: Uint8Array): Float32Array {
   return out;
 }
 
+/**
+ * The vector in a driver's bytes, without a copy where they are 4-byte aligned: for reading a
+ * vector once and dropping it (the matrix loader quantizes 240,000 of them; a copy of each
+ * doubled what the allocator churned through, which it keeps as resident memory). Do not keep
+ * the result: it holds the driver's buffer.
+ */
+export function bytesAsVec(b: Uint8Array): Float32Array {
+  return b.byteOffset % 4 === 0 ? new Float32Array(b.buffer, b.byteOffset, b.byteLength >> 2) : bytesToVec(b);
+}
+
 /** 32 bits of a text hash, kept per matrix row to tell a stale vector from a current one. */
 export function hashTag(hash: string): number {
   return Number.parseInt(hash.slice(0, 8), 16);

@@ -2,7 +2,7 @@ import { sql, type ExpressionBuilder } from 'kysely';
 import type { EmbeddingsConfig } from '../config.js';
 import type { Store } from '../store/db.js';
 import type { DB } from '../store/schema.js';
-import { bytesToVec, hashTag } from './embed-text.js';
+import { bytesAsVec, hashTag } from './embed-text.js';
 import { EmbedWorker, VECTOR_LOG_KEEP_MS } from './embed-worker.js';
 import { BuiltinEmbeddings } from './embeddings/builtin.js';
 import { OpenAIEmbeddings } from './embeddings/openai.js';
@@ -212,7 +212,7 @@ export class RetrievalRuntime {
   private apply(state: Loaded, rows: { page_id: string; ord: number; last_ord: number; text_hash: string; vec: Uint8Array }[], room?: number): void {
     const byPage = new Map<string, { ord: number; last: number; vec: Float32Array; tag: number }[]>();
     for (const r of rows) {
-      const vec = bytesToVec(r.vec);
+      const vec = bytesAsVec(r.vec);
       state.matrix ??= new VectorMatrix(vec.length, room);
       if (vec.length !== state.matrix.dims) continue;
       const list = byPage.get(r.page_id) ?? [];

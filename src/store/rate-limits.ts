@@ -201,6 +201,8 @@ interface Lease {
  */
 class LeasedBuckets implements RateLimitStore {
   private readonly leases = new Map<string, Lease>();
+  /** The take from the shared store under way for a bucket: one at a time, so no lease replaces another. */
+  private readonly taking = new Map<string, Promise<unknown>>();
 
   constructor(private readonly shared: RateLimitStore) {}
 
@@ -210,13 +212,33 @@ class LeasedBuckets implements RateLimitStore {
 
   async hit(bucket: string, spec: BucketSpec, n = 1): Promise<RateLimitResult> {
     if (n !== 1) return this.shared.hit(bucket, spec, n);
-    const now = Date.now();
-    const lease = this.leases.get(bucket);
-    if (lease && now < lease.until) {
-      if (lease.tokens > 0) {
+    for (;;) {
+      const lease = this.leases.get(bucket);
+      if (lease && lease.tokens > 0 && Date.now() < lease.until) {
         lease.tokens--;
         return { allowed: true, retryAfterSeconds: 0, remaining: lease.shared + lease.tokens };
       }
+      // Hits arriving together (an MCP batch) wait for the one take under way and spend from
+      // what it leased, rather than each taking (and dropping) a lease of its own.
+      const under = this.taking.get(bucket);
+      if (!under) break;
+      await under.catch(() => undefined);
+    }
+    const take = this.take(bucket, spec);
+    this.taking.set(bucket, take);
+    try {
+      return await take;
+    } finally {
+      if (this.taking.get(bucket) === take) this.taking.delete(bucket);
+    }
+  }
+
+  /** One hit on the shared bucket, taking a lease with it when the bucket is far from empty. */
+  private async take(bucket: string, spec: BucketSpec): Promise<RateLimitResult> {
+    const now = Date.now();
+    // Any lease here is spent or past its time: replacing it loses nothing unspent.
+    const lease = this.leases.get(bucket);
+    if (lease && now < lease.until) {
       const extra = Math.min(LEASE_MAX, Math.floor(lease.shared * LEASE_SHARE), spec.capacity - 1);
       if (extra >= 2) {
         const r = await this.shared.hit(bucket, spec, 1 + extra);

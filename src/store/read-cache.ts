@@ -113,9 +113,17 @@ const PIN_MS = 50;
 
 const pinned = new WeakMap<object, { snapshot: number; at: number }>();
 
-/** Ties a request's snapshot to an object that lives as long as the request (its principal). */
+/**
+ * Ties a request's snapshot to its principal. Requests of one key share their principal, so a
+ * snapshot only ever replaces an older one (or one past its time): a slow request pinning what
+ * it read earlier must not hide another node's commit from a request that already saw it.
+ */
 export function pinSnapshot(owner: object, snapshot: number | null): void {
-  if (snapshot !== null) pinned.set(owner, { snapshot, at: performance.now() });
+  if (snapshot === null) return;
+  const now = performance.now();
+  const pin = pinned.get(owner);
+  if (pin !== undefined && now - pin.at < PIN_MS && pin.snapshot > snapshot) return;
+  pinned.set(owner, { snapshot, at: now });
 }
 
 /** The snapshot pinned to `owner` in the last moments, else a fresh one. */

@@ -98,7 +98,7 @@ export async function readPage(ctx: CoreContext, p: Principal, ref: string, opts
     const kept =
       opts.prefetched === undefined
         ? await readCache<PageRecord>(ctx.store, 'page-reads', PAGE_READS_KEPT).through(
-            `${readViewKey(p)}\u0000${ref}\u0000${opts.section ?? '\u0000'}`,
+            JSON.stringify([readViewKey(p), ref, opts.section ?? null]),
             load,
             pinnedSnapshot(ctx.store, p),
           )
