@@ -149,7 +149,9 @@ describe('background checkpoints (SQLite)', () => {
       const stats = s.ctx.store.syncStats()!;
       expect(stats.checkpoints).toBeGreaterThan(0);
       // The log was restarted from its start after checkpoints, and the pages reached the file.
-      expect(fs.statSync(wal).size).toBeLessThan(40 * 1024 * 1024);
+      // Its size is its peak: ~20–40 MB on a quiet machine, 54 MB once on a loaded CI run (the
+      // checkpoints lag the writers), 78–90 MB with no checkpoint at all.
+      expect(fs.statSync(wal).size).toBeLessThan(64 * 1024 * 1024);
       expect(fs.statSync(db).size).toBeGreaterThan(dbBefore);
       expect((await c.get(`/api/v1/nodes/${encodeURIComponent('ck/p29-9.md')}`)).body.content).toBe(body(299));
     } finally {
