@@ -47,8 +47,9 @@ const rpcError = (status: number, code: number, message: string): ExchangeAnswer
 /**
  * Stateless Streamable HTTP with JSON responses, as an SDK Transport: each POST is one exchange
  * (one at a time; the server stays connected between them), its messages go to the connected
- * McpServer, and the exchange resolves once every request in it has its response. The checks are the SDK Streamable HTTP transport's (Accept, JSON-RPC
- * shape, batch size, one initialize per batch, protocol version); what it leaves out is what a
+ * McpServer, and the exchange resolves once every request in it has its response. The checks
+ * are the SDK Streamable HTTP transport's (Accept, JSON-RPC shape, batch size, distinct ids,
+ * one initialize per batch, protocol version); what it leaves out is what a
  * stateless JSON server never uses (sessions, SSE streams, resumption), and the conversion of
  * every request to a web Request and back, which was most of its cost per call.
  */

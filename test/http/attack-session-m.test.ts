@@ -13,6 +13,7 @@ import {
   type TestServer,
 } from '../support/server.js';
 import { browse } from '../support/web.js';
+import { MCP_ACCEPT, rawMcp, type RawAnswer } from '../mcp/support.js';
 
 /**
  * Attack session M: what the read cache, the kept agent keys, the JSON splice, the leased rate
@@ -20,32 +21,13 @@ import { browse } from '../support/web.js';
  */
 
 const PASSWORD = 'correct horse battery';
-const ACCEPT = 'application/json, text/event-stream';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 let seq = 0;
 const uniq = (p: string) => `${p}${++seq}${Date.now().toString(36)}`;
 
-interface Rpc {
-  status: number;
-  text: string;
-  json: any;
-}
-
 /** One raw POST to an MCP endpoint. */
-async function mcpPost(base: string, key: string, body: unknown, path = '/mcp'): Promise<Rpc> {
-  const res = await fetch(base + path, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', accept: ACCEPT },
-    body: typeof body === 'string' ? body : JSON.stringify(body),
-  });
-  const text = await res.text();
-  let json: any;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = undefined;
-  }
-  return { status: res.status, text, json };
+function mcpPost(base: string, key: string, body: unknown, path = '/mcp'): Promise<RawAnswer> {
+  return rawMcp(base, path, { token: key, body: typeof body === 'string' ? body : JSON.stringify(body) });
 }
 
 const toolCall = (id: unknown, name: string, args: Record<string, unknown> = {}) => ({
@@ -502,13 +484,13 @@ describe.each(testEngines())('pooled MCP servers (%s)', (engine) => {
     const hung = fetch(`${s.url}/mcp`, {
       method: 'POST',
       signal: ac.signal,
-      headers: { authorization: `Bearer ${quitter.key}`, 'content-type': 'application/json', accept: ACCEPT },
+      headers: { authorization: `Bearer ${quitter.key}`, 'content-type': 'application/json', accept: MCP_ACCEPT },
       body: JSON.stringify(toolCall(3, 'collab_inbox', { wait_s: 5 })),
     }).catch((e: unknown) => e);
     const hungBatch = fetch(`${s.url}/mcp`, {
       method: 'POST',
       signal: ac.signal,
-      headers: { authorization: `Bearer ${quitter.key}`, 'content-type': 'application/json', accept: ACCEPT },
+      headers: { authorization: `Bearer ${quitter.key}`, 'content-type': 'application/json', accept: MCP_ACCEPT },
       body: JSON.stringify([toolCall(3, 'collab_inbox', { wait_s: 5 }), toolCall(4, 'collab_inbox', { wait_s: 5 })]),
     }).catch((e: unknown) => e);
     await sleep(300);

@@ -66,3 +66,32 @@ export const SPEC_16 = [
   'search',
   'fetch',
 ];
+
+/** What a Streamable HTTP client must accept. */
+export const MCP_ACCEPT = 'application/json, text/event-stream';
+
+export interface RawAnswer {
+  status: number;
+  headers: Headers;
+  text: string;
+  json: any;
+}
+
+/** One raw HTTP request to an MCP endpoint (POST JSON by default), its body parsed when it is JSON. */
+export async function rawMcp(
+  base: string,
+  path: string,
+  init: { method?: string; token?: string; body?: string; headers?: Record<string, string> } = {},
+): Promise<RawAnswer> {
+  const headers: Record<string, string> = { accept: MCP_ACCEPT, 'content-type': 'application/json', ...(init.headers ?? {}) };
+  if (init.token) headers.authorization = `Bearer ${init.token}`;
+  const res = await fetch(base + path, { method: init.method ?? 'POST', headers, body: init.body });
+  const text = await res.text();
+  let json: any;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
+  return { status: res.status, headers: res.headers, text, json };
+}
