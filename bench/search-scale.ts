@@ -2,6 +2,7 @@
  * Retrieval SPEED at scale: N synthetic pages (default 10,000; `--pages=100000`) in one workspace.
  *
  *   tsx bench/search-scale.ts [--pages=N] [--queries=300] [--pg[=URL]] [--no-vectors] [--data-dir=DIR]
+ *                             [--no-service | --service-only] [--node-args="--flag …"]
  *   (--data-dir: the store kept between runs, loaded when empty, reused when it holds N pages; with
  *   --pg the database `cv_bench_keep_scale<N>` is kept as well)
  *   npm run bench -- --only=search_scale [--scale=100000]
@@ -20,6 +21,10 @@
  *   varied queries (2–4 words: half taken from one page's text, half drawn from the vocabulary);
  *   bundle latency when src/retrieval/bundle.ts exists; the vector matrices' bytes and the
  *   process RSS/heap before and after the first vector query loads them.
+ * - Then the built service (`node dist/main.js`) on the same store, alone (bench/service-memory.ts):
+ *   its RSS after start and after the same searches and bundles over HTTP, and their latency.
+ *   `--service-only` skips the in-process searches (the store must be loaded already);
+ *   `--no-service` skips the built service; `--node-args` passes flags to its node.
  */
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
@@ -38,6 +43,7 @@ import { inTransaction } from '../src/store/tx.js';
 import { rng } from './content.js';
 import { CORPUS_FILE, type Corpus } from './eval/build-corpus.js';
 import { openHarness, runtimeOf } from './eval/harness.js';
+import { benchServiceMemory } from './service-memory.js';
 import { installCleanupHandlers, latency, loadAverage, log, round, runStandalone } from './util.js';
 
 const MODES = ['fts', 'vector', 'hybrid'] as const;
@@ -295,6 +301,9 @@ export async function benchSearchScale(opts: {
   vectors: boolean;
   maxLoadSeconds?: number;
   dataDir?: string | undefined;
+  /** The built service on the same store: measured after (default), only, or not at all. */
+  service?: 'after' | 'only' | 'no';
+  serviceNodeArgs?: string[];
 }): Promise<Record<string, unknown>> {
   const v = vocabulary();
   log(`search scale: ${opts.pages} pages on ${opts.pgAdminUrl ? 'postgres' : 'sqlite'}; vocabulary: ${v.source}`);
@@ -391,6 +400,22 @@ export async function benchSearchScale(opts: {
 
     const queries = makeQueries(v, opts.pages, opts.queries);
     const warm = makeQueries(v, opts.pages, 40, 4242);
+    const builtService = async () => {
+      await h.stopServer();
+      log('the built service on the same store (node dist/main.js)');
+      out.built_service = await benchServiceMemory({
+        dataDir: h.dataDir,
+        databaseUrl: h.databaseUrl,
+        key: h.key,
+        queries,
+        warm,
+        nodeArgs: opts.serviceNodeArgs,
+      });
+    };
+    if (opts.service === 'only') {
+      await builtService();
+      return out;
+    }
     const search: Record<string, unknown> = {};
     for (const mode of MODES) {
       for (const q of warm) await searchPages(h.ctx, h.principal, { q, mode, limit: 10, includeArchived: false });
@@ -430,6 +455,7 @@ export async function benchSearchScale(opts: {
     } else out.bundle = 'src/retrieval/bundle.ts not in this build';
 
     out.load_average_1m = loads;
+    if (opts.service !== 'no') await builtService();
     return out;
   } finally {
     await h.close();
@@ -448,9 +474,20 @@ if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.me
   const dirArg = args.find((a) => a.startsWith('--data-dir='));
   const dataDir = dirArg ? path.resolve(dirArg.slice('--data-dir='.length)) : undefined;
   if (dataDir) fs.mkdirSync(dataDir, { recursive: true });
+  const service = args.includes('--service-only') ? 'only' : args.includes('--no-service') ? 'no' : 'after';
+  const nodeArgs = args.find((a) => a.startsWith('--node-args='));
+  const serviceNodeArgs = nodeArgs ? nodeArgs.slice('--node-args='.length).split(' ').filter(Boolean) : undefined;
   const t0 = performance.now();
   runStandalone(async () => ({
-    ...(await benchSearchScale({ pages: num('pages', 10_000), queries: num('queries', 300), pgAdminUrl, vectors: !args.includes('--no-vectors'), dataDir })),
+    ...(await benchSearchScale({
+      pages: num('pages', 10_000),
+      queries: num('queries', 300),
+      pgAdminUrl,
+      vectors: !args.includes('--no-vectors'),
+      dataDir,
+      service,
+      serviceNodeArgs,
+    })),
     total_duration_s: round((performance.now() - t0) / 1000, 1),
   }));
 }

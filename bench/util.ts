@@ -155,8 +155,9 @@ export async function freePort(): Promise<number> {
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
- * Starts `tsx <script>` from the repository root as a child process group listening on
- * 127.0.0.1:<free port>, and waits (bounded) until `readyPath` answers 2xx.
+ * Starts `tsx <script>` (or, with `plainNode`, `node <nodeArgs> <script>`: the built service)
+ * from the repository root as a child process group listening on 127.0.0.1:<free port>, and
+ * waits (bounded) until `readyPath` answers 2xx.
  */
 export async function startChild(opts: {
   name: string;
@@ -164,6 +165,7 @@ export async function startChild(opts: {
   env: Record<string, string>;
   readyPath: string;
   readyTimeoutMs?: number;
+  plainNode?: { nodeArgs: string[] };
 }): Promise<ChildServer> {
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
@@ -172,7 +174,10 @@ export async function startChild(opts: {
     for (const l of chunk.toString('utf8').split('\n')) if (l.trim()) lines.push(l);
     if (lines.length > 200) lines.splice(0, lines.length - 200);
   };
-  const child = spawn(path.join(ROOT, 'node_modules', '.bin', 'tsx'), [opts.script], {
+  const [command, args] = opts.plainNode
+    ? [process.execPath, [...opts.plainNode.nodeArgs, opts.script]]
+    : [path.join(ROOT, 'node_modules', '.bin', 'tsx'), [opts.script]];
+  const child = spawn(command, args, {
     cwd: ROOT,
     env: { ...process.env, ...opts.env, PORT: String(port), HOST: '127.0.0.1' },
     stdio: ['ignore', 'pipe', 'pipe'],

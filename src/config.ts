@@ -7,7 +7,7 @@ const schema = z.object({
   PORT: z.coerce.number().int().min(0).max(65535).default(8787),
   HOST: z.string().min(1).default('127.0.0.1'),
   DATA_DIR: z.string().min(1).default('./data'),
-  SQLITE_CACHE_MB: z.coerce.number().int().min(2).max(65536).default(64),
+  SQLITE_CACHE_MB: z.coerce.number().int().min(2).max(65536).default(32),
   DATABASE_URL: z
     .string()
     .regex(/^postgres(ql)?:\/\//, 'must be a postgres:// or postgresql:// URL')

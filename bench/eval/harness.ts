@@ -18,6 +18,12 @@ export interface Harness {
   ctx: CoreContext;
   principal: Principal;
   engine: 'sqlite' | 'postgres';
+  /** Where the store lives and the agent key of `principal`, for a second process on the same store. */
+  dataDir: string;
+  databaseUrl: string | undefined;
+  key: string;
+  /** Stops the in-process service, keeping the store until close(). */
+  stopServer(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -129,13 +135,19 @@ export async function openHarness(opts: {
     log(
       `service up (${ctx.store.dialect}); retrieval runtime: ${rt ? `${rt.provider?.provider ?? '?'}:${rt.provider?.model ?? '?'}:${rt.provider?.dimensions ?? '?'}` : 'absent (vector/hybrid fall back to fts)'}`,
     );
+    let stopped: Promise<void> | undefined;
+    const stopServer = () => (stopped ??= server.close());
     return {
       server,
       ctx,
       principal,
       engine: ctx.store.dialect,
+      dataDir,
+      databaseUrl,
+      key,
+      stopServer,
       close: async () => {
-        await server.close();
+        await stopServer();
         if (!opts.keepDir) removeTempDir(dataDir);
         if (dropPg) await dropPg();
       },

@@ -1,10 +1,67 @@
-import { countTokens } from 'gpt-tokenizer/encoding/o200k_base';
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+import { GptEncoding } from 'gpt-tokenizer/GptEncoding';
 
 /** Budgets are counted with a real tokenizer (o200k, the encoding of current OpenAI models). */
 export const TOKENIZER = 'o200k_base';
 
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+/**
+ * The encoding's ranks, read from the `.tiktoken` file gpt-tokenizer ships (`data/`, a line
+ * `<base64 bytes> <rank>` each) into the array its own generated module holds: at each rank the
+ * token as a string when its bytes are UTF-8 that encodes back to the same length (a leading
+ * BOM would not), else the bytes; '' where a rank is missing. Importing that module instead kept
+ * its 2.2 MB source and compiled literals resident for the process's life (~19 MB at 100,000
+ * pages, docs/decisions.md "Resident memory at 100,000 pages"). test/retrieval/tokens.test.ts
+ * checks the array equals the module's.
+ */
+export function ranksFromTiktoken(file: string): (string | number[])[] {
+  const text = fs.readFileSync(file, 'latin1');
+  const ranks: (string | number[])[] = [];
+  for (let pos = 0; pos < text.length;) {
+    let end = text.indexOf('\n', pos);
+    if (end < 0) end = text.length;
+    if (end > pos) {
+      const sp = text.indexOf(' ', pos);
+      if (sp < 0 || sp > end) throw new Error(`${file}: no rank on the line at byte ${pos}`);
+      const bytes = Buffer.from(text.slice(pos, sp), 'base64');
+      const rank = Number(text.slice(sp + 1, end));
+      if (!Number.isInteger(rank) || rank < ranks.length) throw new Error(`${file}: rank ${text.slice(sp + 1, end)} out of order`);
+      while (ranks.length < rank) ranks.push('');
+      let token: string | undefined;
+      try {
+        token = utf8.decode(bytes);
+        if (Buffer.byteLength(token) !== bytes.length) token = undefined;
+      } catch {
+        token = undefined;
+      }
+      ranks.push(token ?? Array.from(bytes));
+    }
+    pos = end + 1;
+  }
+  return ranks;
+}
+
+let encoding: GptEncoding | undefined;
+
+/** Built on first use: a process that never counts tokens never holds the ranks. */
+function o200k(): GptEncoding {
+  encoding ??= GptEncoding.getEncodingApi(TOKENIZER, () =>
+    ranksFromTiktoken(createRequire(import.meta.url).resolve(`gpt-tokenizer/data/${TOKENIZER}.tiktoken`)),
+  );
+  return encoding;
+}
+
+/**
+ * Page text is text: `<|endoftext|>` written in a page counts as the tokens of its characters.
+ * (The library's default refuses such text with an exception, which failed every bundle that
+ * reached the page.)
+ */
+const asText = { disallowedSpecial: new Set<string>() };
+
 export function tokenCount(text: string): number {
-  return countTokens(text);
+  return o200k().countTokens(text, asText);
 }
 
 /**
@@ -15,13 +72,14 @@ export function tokenCount(text: string): number {
  */
 export function truncateToTokens(text: string, max: number): string {
   if (max <= 0) return '';
-  if (countTokens(text) <= max) return text;
+  const enc = o200k();
+  if (enc.countTokens(text, asText) <= max) return text;
   const cps = Array.from(text);
   let lo = 0;
   let hi = cps.length;
   while (lo < hi) {
     const mid = (lo + hi + 1) >> 1;
-    if (countTokens(cps.slice(0, mid).join('')) <= max) lo = mid;
+    if (enc.countTokens(cps.slice(0, mid).join(''), asText) <= max) lo = mid;
     else hi = mid - 1;
   }
   const cut = cps.slice(0, lo).join('');

@@ -105,7 +105,7 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
   file.pragma('busy_timeout = 5000');
   // SQLite caches 2 MiB of pages by default; retrieval at 100,000 pages re-reads index pages of
   // far more, and 64 MiB cut keyword p95 from 11–16 ms to under 8 (docs/decisions.md).
-  file.pragma(`cache_size = ${-Math.round((opts.cacheMb ?? 64) * 1024)}`);
+  file.pragma(`cache_size = ${-Math.round((opts.cacheMb ?? 32) * 1024)}`);
   const syncer = wal ? new WalSync(`${filePath}-wal`, opts.onSyncFailure) : null;
   const checkpointer = new Checkpointer({
     file: filePath,

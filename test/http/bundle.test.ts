@@ -204,6 +204,23 @@ describe.each(testEngines())('context bundle (%s)', (engine) => {
     }
   });
 
+  it('counts a tokenizer’s special-token text in a page as text (the bundle answers, within budget)', async () => {
+    // `<|endoftext|>` and friends are ordinary characters in a page; the tokenizer's default
+    // refuses them with an exception, which turned every bundle reaching such a page into a 500.
+    const specials = '<|endoftext|> <|fim_prefix|> <|endofprompt|>';
+    await create('special/tokens.md', `# Tokenizer markers\n\nThe marker ${specials} ends a document in training data.\n`);
+    for (const budget of [200, 4000]) {
+      const r = await bundle(owner, { intent: 'tokenizer markers training data', budget_tokens: budget, scope: 'special' });
+      expect(r.sections.map((x) => x.path)).toContain('special/tokens.md');
+      expect(r.markdown).toContain(specials);
+      expect(r.used_tokens).toBe(countTokens(r.markdown, { disallowedSpecial: new Set() }));
+      expect(r.used_tokens).toBeLessThanOrEqual(budget);
+    }
+    const md = await owner.get(`/api/v1/bundle?${new URLSearchParams({ intent: 'tokenizer markers', scope: 'special' })}`, { accept: 'text/markdown' });
+    expect(md.status, md.text.slice(0, 200)).toBe(200);
+    expect(md.text).toContain(specials);
+  });
+
   it('gives every section its source: path, id and the page’s current commit, and a source line in the markdown', async () => {
     const a = await create('src/one/kestrel.md', '# Kestrel notes\n\nThe kestrel hovers over the field.\n\n## Feeding\n\nA kestrel eats voles.\n');
     const b = await create('src/two/kestrel-b.md', '# Other kestrel\n\nAnother kestrel page.\n');

@@ -32,9 +32,9 @@ describe('configuration', () => {
 });
 
 describe('SQLite page cache', () => {
-  it('is 64 MiB unless SQLITE_CACHE_MB says otherwise', async () => {
+  it('is 32 MiB unless SQLITE_CACHE_MB says otherwise', async () => {
     for (const [env, kib] of [
-      [{}, 65536],
+      [{}, 32768],
       [{ SQLITE_CACHE_MB: '16' }, 16384],
     ] as const) {
       const s = await startTestServer('sqlite', env);

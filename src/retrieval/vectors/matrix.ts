@@ -50,11 +50,19 @@ export class VectorMatrix {
   private readonly instance = new WebAssembly.Instance(MODULE, {});
   private readonly memory = this.instance.exports.memory as WebAssembly.Memory;
   private readonly scanFn = this.instance.exports.scan as (m: number, rows: number, stride: number, q: number, scales: number, out: number) => void;
+  /**
+   * Per row, sized to the capacity: its page, first and last ord, tag, and the next row of the
+   * same page (-1 ends the list); a page is found by its first row. Typed arrays and one map
+   * entry a page: at 100,000 pages a list of row numbers per page and four arrays of JS numbers
+   * held ~30 MB of the heap, these ~10 (docs/decisions.md "Resident memory at 100,000 pages").
+   */
+  private count = 0;
   private rowPage: string[] = [];
-  private rowOrd: number[] = [];
-  private rowTag: number[] = [];
-  private rowLast: number[] = [];
-  private readonly rowsOf = new Map<string, number[]>();
+  private rowOrd = new Int32Array(0);
+  private rowLast = new Int32Array(0);
+  private rowTag = new Uint32Array(0);
+  private rowNext = new Int32Array(0);
+  private readonly firstRow = new Map<string, number>();
   private capacity = 0;
   /** Byte offsets inside linear memory: [query i16 | scores f32 | scales f32 | matrix i8]. */
   private queryOff = 0;
@@ -83,41 +91,53 @@ export class VectorMatrix {
   }
 
   get rows(): number {
-    return this.rowPage.length;
+    return this.count;
   }
 
   get pages(): number {
-    return this.rowsOf.size;
+    return this.firstRow.size;
   }
 
-  /** Bytes held: linear memory (int8 rows, scales, score buffer) and the rows' norms, with headroom. */
+  /** Bytes held: linear memory (int8 rows, scales, score buffer) and the rows' norms and metadata, with headroom. */
   get bytes(): number {
-    return this.memory.buffer.byteLength + this.rowL1.byteLength;
+    return this.memory.buffer.byteLength + this.capacity * (4 * 5 + 8);
   }
 
   has(pageId: string): boolean {
-    return this.rowsOf.has(pageId);
+    return this.firstRow.has(pageId);
+  }
+
+  /** A page's rows in the order they were set. */
+  private rowsOfPage(pageId: string): number[] {
+    const rows: number[] = [];
+    for (let r = this.firstRow.get(pageId) ?? -1; r >= 0; r = this.rowNext[r]!) {
+      if (rows.length === this.count) throw new Error(`matrix rows of ${pageId} form a cycle`);
+      rows.push(r);
+    }
+    return rows;
   }
 
   /** Sets a page's vectors (one per window of sections), replacing what it had. */
   setPage(pageId: string, vectors: { ord: number; last?: number; vec: Float32Array; tag: number }[]): void {
     this.removePage(pageId);
     if (vectors.length === 0) return;
-    for (const { vec } of vectors) {
-      if (vec.length !== this.dims) throw new Error(`vector of ${vec.length} dimensions in a ${this.dims}-dimension matrix`);
-    }
-    this.ensure(this.rows + vectors.length);
-    const rows: number[] = [];
     for (const { ord, last, vec, tag } of vectors) {
-      const r = this.rowPage.length;
-      this.writeRow(r, vec);
-      this.rowPage.push(pageId);
-      this.rowOrd.push(ord);
-      this.rowTag.push(tag);
-      this.rowLast.push(last ?? ord);
-      rows.push(r);
+      if (vec.length !== this.dims) throw new Error(`vector of ${vec.length} dimensions in a ${this.dims}-dimension matrix`);
+      for (const o of [ord, last ?? ord]) if (!Number.isInteger(o) || o < 0 || o > I32_MAX) throw new Error(`ord ${o} is not a 31-bit integer`);
+      if (tag >>> 0 !== tag) throw new Error(`tag ${tag} is not an unsigned 32-bit integer`);
     }
-    this.rowsOf.set(pageId, rows);
+    this.ensure(this.count + vectors.length);
+    this.firstRow.set(pageId, this.count);
+    for (const { ord, last, vec, tag } of vectors) {
+      const r = this.count++;
+      this.writeRow(r, vec);
+      this.rowPage[r] = pageId;
+      this.rowOrd[r] = ord;
+      this.rowLast[r] = last ?? ord;
+      this.rowTag[r] = tag;
+      this.rowNext[r] = r + 1;
+    }
+    this.rowNext[this.count - 1] = -1;
   }
 
   private writeRow(r: number, vec: Float32Array): void {
@@ -131,15 +151,16 @@ export class VectorMatrix {
   }
 
   removePage(pageId: string): void {
-    const rows = this.rowsOf.get(pageId);
-    if (!rows) return;
-    this.rowsOf.delete(pageId);
-    // Highest first, so a moved row never lands in a hole still to be filled.
-    for (const r of [...rows].sort((a, b) => b - a)) this.removeRow(r);
+    const rows = this.rowsOfPage(pageId);
+    if (rows.length === 0) return;
+    this.firstRow.delete(pageId);
+    // Highest first, so a moved row never lands in a hole still to be filled (the last row is
+    // then always another page's, or the one removed).
+    for (const r of rows.sort((a, b) => b - a)) this.removeRow(r);
   }
 
   private removeRow(r: number): void {
-    const last = this.rowPage.length - 1;
+    const last = this.count - 1;
     if (r !== last) {
       new Uint8Array(this.memory.buffer).copyWithin(
         this.matrixOff + r * this.stride,
@@ -154,13 +175,21 @@ export class VectorMatrix {
       this.rowOrd[r] = this.rowOrd[last]!;
       this.rowTag[r] = this.rowTag[last]!;
       this.rowLast[r] = this.rowLast[last]!;
-      const list = this.rowsOf.get(movedPage)!;
-      list[list.indexOf(last)] = r;
+      this.rowNext[r] = this.rowNext[last]!;
+      // Whatever pointed at the moved row points at its new place.
+      const head = this.firstRow.get(movedPage)!;
+      if (head === last) this.firstRow.set(movedPage, r);
+      else {
+        let prev = head;
+        while (this.rowNext[prev] !== last) {
+          prev = this.rowNext[prev]!;
+          if (prev < 0) throw new Error(`matrix row ${last} is not in the list of its page`);
+        }
+        this.rowNext[prev] = r;
+      }
     }
-    this.rowPage.pop();
-    this.rowOrd.pop();
-    this.rowTag.pop();
-    this.rowLast.pop();
+    this.rowPage.length = last;
+    this.count = last;
   }
 
   /**
@@ -197,7 +226,7 @@ export class VectorMatrix {
   /** Every row of one page scored against the f32 query (none when the page has no rows). */
   pageScores(pageId: string, query: Float32Array): RowHit[] {
     this.checkQuery(query);
-    return (this.rowsOf.get(pageId) ?? []).map((r) => this.rowHit(r, this.dot(r, query)));
+    return this.rowsOfPage(pageId).map((r) => this.rowHit(r, this.dot(r, query)));
   }
 
   private rowHit(r: number, score: number): RowHit {
@@ -291,9 +320,16 @@ export class VectorMatrix {
     this.scalesOff = scalesOff;
     this.matrixOff = matrixOff;
     this.capacity = capacity;
-    const rowL1 = new Float32Array(capacity);
-    rowL1.set(this.rowL1.subarray(0, this.rows));
-    this.rowL1 = rowL1;
+    const grown = <T extends Float32Array | Int32Array | Uint32Array>(old: T, make: (n: number) => T): T => {
+      const next = make(capacity);
+      next.set(old.subarray(0, this.count) as never);
+      return next;
+    };
+    this.rowL1 = grown(this.rowL1, (n) => new Float32Array(n));
+    this.rowOrd = grown(this.rowOrd, (n) => new Int32Array(n));
+    this.rowLast = grown(this.rowLast, (n) => new Int32Array(n));
+    this.rowTag = grown(this.rowTag, (n) => new Uint32Array(n));
+    this.rowNext = grown(this.rowNext, (n) => new Int32Array(n));
   }
 }
 
