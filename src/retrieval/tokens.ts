@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import { GptEncoding } from 'gpt-tokenizer/GptEncoding';
+import { mergeParts } from './bpe-merge.js';
 
 /** Budgets are counted with a real tokenizer (o200k, the encoding of current OpenAI models). */
 export const TOKENIZER = 'o200k_base';
@@ -43,12 +44,45 @@ export function ranksFromTiktoken(file: string): (string | number[])[] {
   return ranks;
 }
 
+/** The parts of gpt-tokenizer's encoder that merging a piece uses (not in its typings). */
+interface BytePairCore {
+  bytePairMerge(piece: Uint8Array): number[];
+  getBpeRankFromBytes(bytes: Uint8Array): number | undefined;
+  getBpeRankFromBytesOrThrow(bytes: Uint8Array): number;
+}
+
+/**
+ * Replaces the encoder's quadratic merge with bpe-merge.ts's (same tokens, O(n log n)). The
+ * library's internals are checked here, so an upgrade that moves them fails at the first token
+ * count (and in test/retrieval/tokens.test.ts), never silently falls back to the slow merge.
+ */
+function withFastMerge(encoding: GptEncoding): GptEncoding {
+  const core = (encoding as unknown as { bytePairEncodingCoreProcessor?: Partial<BytePairCore> }).bytePairEncodingCoreProcessor;
+  if (
+    !core ||
+    typeof core.bytePairMerge !== 'function' ||
+    typeof core.getBpeRankFromBytes !== 'function' ||
+    typeof core.getBpeRankFromBytesOrThrow !== 'function'
+  ) {
+    throw new Error('gpt-tokenizer changed: its byte-pair merge is not where tokens.ts expects it');
+  }
+  const rankOf = core.getBpeRankFromBytes.bind(core);
+  const tokenOf = core.getBpeRankFromBytesOrThrow.bind(core);
+  core.bytePairMerge = (piece: Uint8Array) => {
+    const starts = mergeParts(piece, rankOf);
+    const tokens: number[] = [];
+    for (let i = 0; i + 1 < starts.length; i++) tokens.push(tokenOf(piece.subarray(starts[i]!, starts[i + 1]!)));
+    return tokens;
+  };
+  return encoding;
+}
+
 let encoding: GptEncoding | undefined;
 
 /** Built on first use: a process that never counts tokens never holds the ranks. */
-function o200k(): GptEncoding {
-  encoding ??= GptEncoding.getEncodingApi(TOKENIZER, () =>
-    ranksFromTiktoken(createRequire(import.meta.url).resolve(`gpt-tokenizer/data/${TOKENIZER}.tiktoken`)),
+export function o200k(): GptEncoding {
+  encoding ??= withFastMerge(
+    GptEncoding.getEncodingApi(TOKENIZER, () => ranksFromTiktoken(createRequire(import.meta.url).resolve(`gpt-tokenizer/data/${TOKENIZER}.tiktoken`))),
   );
   return encoding;
 }

@@ -221,6 +221,19 @@ describe.each(testEngines())('context bundle (%s)', (engine) => {
     expect(md.text).toContain(specials);
   });
 
+  it('bundles a page holding one very long line (no spaces) promptly, within budget', async () => {
+    // One 40,000-character line of CJK is one piece for the tokenizer: its library merged it in
+    // quadratic time (tens of seconds a count, the node frozen), and the bundle counts and cuts it.
+    const line = Array.from({ length: 40_000 }, (_, i) => '灯台の保守管理夜間点検毎週行う'[(i * 7) % 15]).join('');
+    await create('longline/cjk.md', `# Lighthouse log\n\n${line}\n`);
+    for (const budget of [500, 64000]) {
+      const r = await bundle(owner, { intent: 'lighthouse log', budget_tokens: budget, scope: 'longline' });
+      expect(r.sections.map((x) => x.path)).toContain('longline/cjk.md');
+      expect(r.used_tokens).toBeLessThanOrEqual(budget);
+    }
+    expect((await owner.get('/healthz')).status).toBe(200);
+  });
+
   it('gives every section its source: path, id and the page’s current commit, and a source line in the markdown', async () => {
     const a = await create('src/one/kestrel.md', '# Kestrel notes\n\nThe kestrel hovers over the field.\n\n## Feeding\n\nA kestrel eats voles.\n');
     const b = await create('src/two/kestrel-b.md', '# Other kestrel\n\nAnother kestrel page.\n');

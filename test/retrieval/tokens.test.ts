@@ -3,9 +3,11 @@ import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import bpeRanks from 'gpt-tokenizer/bpeRanks/o200k_base';
-import { countTokens } from 'gpt-tokenizer/encoding/o200k_base';
+import library, { countTokens, encode } from 'gpt-tokenizer/encoding/o200k_base';
 import { describe, expect, it } from 'vitest';
-import { ranksFromTiktoken, tokenCount, truncateToTokens } from '../../src/retrieval/tokens.js';
+import { mergeParts } from '../../src/retrieval/bpe-merge.js';
+import { o200k, ranksFromTiktoken, tokenCount, truncateToTokens } from '../../src/retrieval/tokens.js';
+import { prng } from '../support/random.js';
 
 // The bundle's budgets are counted by tokens.ts, which reads the ranks from gpt-tokenizer's
 // .tiktoken data instead of importing its generated module (memory); the module is the oracle.
@@ -71,5 +73,67 @@ describe('token counting', () => {
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });
     }
+  });
+
+  // The library's own merge (quadratic) is the oracle for the fast one (bpe-merge.ts).
+  const libraryCore = (
+    library as unknown as { bytePairEncodingCoreProcessor: { bytePairMerge(p: Uint8Array): number[]; getBpeRankFromBytes(b: Uint8Array): number | undefined } }
+  ).bytePairEncodingCoreProcessor;
+  const asText = { disallowedSpecial: new Set<string>() };
+
+  it('merges pieces exactly as the library does (random bytes, and text in many scripts)', () => {
+    const rnd = prng(20261127);
+    const rankOf = (b: Uint8Array) => libraryCore.getBpeRankFromBytes(b);
+    for (let i = 0; i < 300; i++) {
+      const len = 1 + Math.floor(rnd() * (i < 200 ? 40 : 600));
+      // Bytes from a small alphabet merge often; from all 256 values, rarely.
+      const alphabet = i % 3 === 0 ? 256 : 4 + Math.floor(rnd() * 20);
+      const piece = Uint8Array.from({ length: len }, () => 97 + Math.floor(rnd() * alphabet) - (alphabet === 256 ? 97 : 0));
+      const starts = mergeParts(piece, rankOf);
+      const ours = starts.slice(0, -1).map((st, k) => libraryCore.getBpeRankFromBytes(piece.subarray(st, starts[k + 1]))!);
+      expect(ours, `piece ${i}`).toEqual(libraryCore.bytePairMerge(piece));
+    }
+    const words = [
+      'lighthouse',
+      'Leuchtturmwärter',
+      'маяк',
+      '灯台の保守',
+      'منارة',
+      '🔦🚨',
+      'naïve',
+      'ﬁle',
+      'e\u0301',
+      '7777777',
+      '\t\t',
+      '__init__',
+      'https://example.com/a?b=c',
+    ];
+    for (let i = 0; i < 200; i++) {
+      const text = Array.from({ length: 1 + Math.floor(rnd() * 30) }, () => words[Math.floor(rnd() * words.length)]!.repeat(1 + Math.floor(rnd() * 4))).join(
+        rnd() < 0.5 ? ' ' : '',
+      );
+      expect(o200k().encode(text, asText), text.slice(0, 40)).toEqual(encode(text, asText));
+    }
+  });
+
+  it('counts long runs without spaces as the library does, and huge ones in bounded time', () => {
+    // 6,000 characters of one piece: the library's quadratic merge still answers in well under a second.
+    for (const run of [
+      '灯台の保守管理'.repeat(900),
+      'x'.repeat(6000),
+      'ab'.repeat(3000),
+      Buffer.from(Array.from({ length: 4500 }, (_, i) => (i * 7919) % 251)).toString('base64'),
+    ]) {
+      expect(tokenCount(run)).toBe(countTokens(run, asText));
+    }
+    // The service's encoder merges with bpe-merge.ts, not the library's quadratic loop (which
+    // took 94 s for a 100,000-character line of CJK, the event loop held throughout).
+    const core = (o200k() as unknown as { bytePairEncodingCoreProcessor: { bytePairMerge: unknown } }).bytePairEncodingCoreProcessor;
+    expect(core.bytePairMerge).not.toBe(Object.getPrototypeOf(libraryCore).bytePairMerge);
+    const huge = Array.from({ length: 100_000 }, (_, i) => '灯台の保守管理夜間点検毎週行う'[(i * 7) % 15]).join('');
+    expect(tokenCount(huge)).toBeGreaterThan(30_000);
+    expect(tokenCount(truncateToTokens(huge, 5000))).toBeLessThanOrEqual(5000);
+    // 25,000: what the library itself counted (in 37 s) for this run.
+    expect(tokenCount('x'.repeat(200_000))).toBe(25_000);
   });
 });
