@@ -77,7 +77,16 @@ export function bytesAsVec(b: Uint8Array): Float32Array {
   return b.byteOffset % 4 === 0 ? new Float32Array(b.buffer, b.byteOffset, b.byteLength >> 2) : bytesToVec(b);
 }
 
-/** 32 bits of a text hash, kept per matrix row to tell a stale vector from a current one. */
+/**
+ * 32 bits of a text hash, kept per matrix row to tell a stale vector from a current one: its
+ * first eight hex digits. A stored hash that is not hex (never written by the service; a row
+ * put in by hand) gets 32 bits of its own FNV-1a instead of NaN, so the matrix (which holds
+ * tags as unsigned 32-bit integers) still takes the row, and it still differs from current
+ * texts' tags but by a 2^-32 chance, as any two tags do.
+ */
 export function hashTag(hash: string): number {
-  return Number.parseInt(hash.slice(0, 8), 16);
+  if (/^[0-9a-f]{8}/i.test(hash)) return Number.parseInt(hash.slice(0, 8), 16);
+  let h = 0x811c9dc5;
+  for (let i = 0; i < hash.length; i++) h = Math.imul(h ^ hash.charCodeAt(i), 0x01000193);
+  return h >>> 0;
 }

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { hashTag } from '../../src/retrieval/embed-text.js';
 import { quantizedScore, selectTop, VectorMatrix } from '../../src/retrieval/vectors/matrix.js';
 import { prng } from '../support/random.js';
 
@@ -332,5 +333,22 @@ describe('selectTop', () => {
         expect(new Set(got).size).toBe(got.length);
       }
     }
+  });
+
+  it('takes every stored text hash as a row tag: hex by its first 32 bits, anything else by a 32-bit hash of it', () => {
+    expect(hashTag('deadbeef0123')).toBe(0xdeadbeef);
+    expect(hashTag('00000000ffff')).toBe(0);
+    for (const odd of ['h-page-1', '', 'zz', 'DEADBEE', '日本語']) {
+      const t = hashTag(odd);
+      expect(Number.isInteger(t) && t >= 0 && t < 2 ** 32, odd).toBe(true);
+      expect(hashTag(odd)).toBe(t);
+    }
+    expect(hashTag('h-page-1')).not.toBe(hashTag('h-page-2'));
+    const m = new VectorMatrix(4);
+    m.setPage('p', [{ ord: 0, vec: Float32Array.of(1, 0, 0, 0), tag: hashTag('h-page-1') }]);
+    expect(m.top(Float32Array.of(1, 0, 0, 0), 1)[0]!.tag).toBe(hashTag('h-page-1'));
+    // What the matrix cannot hold it refuses, rather than storing something else.
+    expect(() => m.setPage('q', [{ ord: 0, vec: Float32Array.of(1, 0, 0, 0), tag: Number.NaN }])).toThrow(/unsigned 32-bit/);
+    expect(() => m.setPage('q', [{ ord: -1, vec: Float32Array.of(1, 0, 0, 0), tag: 1 }])).toThrow(/31-bit/);
   });
 });
