@@ -19,7 +19,46 @@ function memoryOf(pid: number | undefined): Record<string, number> | null {
     const m = new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(status);
     return m ? round(Number(m[1]) / 1024, 1) : -1;
   };
-  return { rss_mb: field('VmRSS'), peak_rss_mb: field('VmHWM'), anon_mb: field('RssAnon'), file_mb: field('RssFile') };
+  return { rss_mb: field('VmRSS'), peak_rss_mb: field('VmHWM'), anon_mb: field('RssAnon'), file_mb: field('RssFile'), ...smapsOf(pid) };
+}
+
+/**
+ * Resident memory by kind of mapping: the brk heap (malloc: SQLite's cache, the driver's
+ * buffers), the largest anonymous mapping (the vector matrix's WebAssembly memory), the other
+ * anonymous mappings (V8's heap, thread stacks, malloc's other arenas), files (the binary).
+ */
+function smapsOf(pid: number): Record<string, number> {
+  let file = '';
+  try {
+    file = fs.readFileSync(`/proc/${pid}/smaps`, 'utf8');
+  } catch {
+    return {};
+  }
+  let name = '';
+  let brk = 0;
+  let anon: number[] = [];
+  let files = 0;
+  for (const line of file.split('\n')) {
+    const head = /^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \S+\s*(.*)$/.exec(line);
+    if (head) {
+      name = head[1] ?? '';
+      continue;
+    }
+    const rss = /^Rss:\s+(\d+) kB/.exec(line);
+    if (!rss) continue;
+    const kb = Number(rss[1]);
+    if (name === '[heap]') brk += kb;
+    else if (name.startsWith('/')) files += kb;
+    else anon.push(kb);
+  }
+  anon = anon.sort((a, b) => b - a);
+  const mb = (kb: number) => round(kb / 1024, 1);
+  return {
+    smaps_malloc_heap_mb: mb(brk),
+    smaps_largest_anon_mb: mb(anon[0] ?? 0),
+    smaps_other_anon_mb: mb(anon.slice(1).reduce((a, b) => a + b, 0)),
+    smaps_files_mb: mb(files),
+  };
 }
 
 async function timed(url: string, init: RequestInit): Promise<number> {
