@@ -8,7 +8,8 @@ import { queryTerms } from './keyword.js';
 import { listSource } from './lists.js';
 import { assertUsableScope } from './scope.js';
 import { rankHybrid } from './search.js';
-import { tokenCount, truncateToTokens } from './tokens.js';
+import { minTokens, tokenCount, truncateToTokens } from './tokens.js';
+import { sliceWhole } from './text-cut.js';
 
 export const BUNDLE_MIN_TOKENS = 200;
 export const BUNDLE_MAX_TOKENS = 64_000;
@@ -192,7 +193,7 @@ async function assembleBundle(ctx: RetrievalContext, p: Principal, opts: BundleO
 
   const at = source.commit?.sha ?? null;
   // The commit answered from is part of the header, so an agent holding only the markdown can cite and replay it.
-  const header = `# Context: ${intent.replace(/\s+/g, ' ').slice(0, 200)}\n${at === null ? '' : `as of commit ${at.slice(0, SHORT_SHA_LENGTH)}\n`}`;
+  const header = `# Context: ${sliceWhole(intent.replace(/\s+/g, ' '), 0, 200)}\n${at === null ? '' : `as of commit ${at.slice(0, SHORT_SHA_LENGTH)}\n`}`;
   const budget = opts.budgetTokens;
   // The status line is counted with the widest figures it can show.
   let used = tokenCount(`${header}${budget} of ${budget} tokens used; 999 sections from 999 pages\n`);
@@ -205,8 +206,12 @@ async function assembleBundle(ctx: RetrievalContext, p: Principal, opts: BundleO
     if (!hasBody(text)) return;
     const sh = shingles(c.text);
     if (seen.some((s) => overlap(s, sh) >= NEAR_DUPLICATE)) return;
-    const head = pagesIn.has(c.page_id) ? 0 : tokenCount(`\n${pageHeader({ title: c.title, path: c.path, id: c.page_id, commit_sha: c.commit_sha })}`);
-    let cost = head + tokenCount(`\n${text}\n`);
+    const headText = pagesIn.has(c.page_id) ? '' : `\n${pageHeader({ title: c.title, path: c.path, id: c.page_id, commit_sha: c.commit_sha })}`;
+    // What cannot fit is not counted (minTokens is a bound from its length): counting a page
+    // of one long line took seconds, the node frozen meanwhile.
+    if (minTokens(headText) > budget - used) return;
+    const head = headText === '' ? 0 : tokenCount(headText);
+    let cost = minTokens(`\n${text}\n`) > budget - used - head ? Infinity : head + tokenCount(`\n${text}\n`);
     let truncated = false;
     if (used + cost > budget) {
       const room = budget - used - head - tokenCount('\n\n[…]\n') - 4;

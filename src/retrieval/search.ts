@@ -8,6 +8,7 @@ import { boostAndSort, fuse, type Fused } from './hybrid.js';
 import { queryTerms } from './keyword.js';
 import { CANDIDATES, listSource, type KeywordList } from './lists.js';
 import { assertUsableScope } from './scope.js';
+import { sliceWhole } from './text-cut.js';
 
 export const SEARCH_MODES = ['hybrid', 'fts', 'vector'] as const;
 export type SearchMode = (typeof SEARCH_MODES)[number];
@@ -70,7 +71,7 @@ export function makeSnippet(text: string, terms: string[]): string {
   }
   if (flat.length <= SNIPPET_CHARS) return flat;
   const start = at < 0 ? 0 : Math.max(0, at - Math.floor(SNIPPET_CHARS / 3));
-  const cut = flat.slice(start, start + SNIPPET_CHARS);
+  const cut = sliceWhole(flat, start, start + SNIPPET_CHARS);
   return `${start > 0 ? '…' : ''}${cut}${start + SNIPPET_CHARS < flat.length ? '…' : ''}`;
 }
 

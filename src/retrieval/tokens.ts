@@ -49,7 +49,19 @@ interface BytePairCore {
   bytePairMerge(piece: Uint8Array): number[];
   getBpeRankFromBytes(bytes: Uint8Array): number | undefined;
   getBpeRankFromBytesOrThrow(bytes: Uint8Array): number;
+  addToMergeCache(key: string, value: number[]): void;
 }
+
+/** The longest token of o200k, in UTF-8 bytes (a run of 128 spaces): n bytes are at least n / 128 tokens. */
+export const MAX_TOKEN_BYTES = 128;
+
+/** Fewest tokens `text` can be: a cheap bound that spares counting text that cannot fit. */
+export function minTokens(text: string): number {
+  return Math.ceil(Buffer.byteLength(text) / MAX_TOKEN_BYTES);
+}
+
+/** Merges of pieces longer than this are not kept by the library's cache (1 MB keys, unbounded memory). */
+const CACHED_PIECE_CHARS = 256;
 
 /**
  * Replaces the encoder's quadratic merge with bpe-merge.ts's (same tokens, O(n log n)). The
@@ -62,10 +74,15 @@ function withFastMerge(encoding: GptEncoding): GptEncoding {
     !core ||
     typeof core.bytePairMerge !== 'function' ||
     typeof core.getBpeRankFromBytes !== 'function' ||
-    typeof core.getBpeRankFromBytesOrThrow !== 'function'
+    typeof core.getBpeRankFromBytesOrThrow !== 'function' ||
+    typeof core.addToMergeCache !== 'function'
   ) {
     throw new Error('gpt-tokenizer changed: its byte-pair merge is not where tokens.ts expects it');
   }
+  const cache = core.addToMergeCache.bind(core);
+  core.addToMergeCache = (key: string, value: number[]) => {
+    if (key.length <= CACHED_PIECE_CHARS) cache(key, value);
+  };
   const rankOf = core.getBpeRankFromBytes.bind(core);
   const tokenOf = core.getBpeRankFromBytesOrThrow.bind(core);
   core.bytePairMerge = (piece: Uint8Array) => {
@@ -78,12 +95,18 @@ function withFastMerge(encoding: GptEncoding): GptEncoding {
 }
 
 let encoding: GptEncoding | undefined;
+/** Each token's length in UTF-8 bytes, by rank. */
+let tokenBytes: Uint8Array = new Uint8Array(0);
+
+function loadRanks(): (string | number[])[] {
+  const ranks = ranksFromTiktoken(createRequire(import.meta.url).resolve(`gpt-tokenizer/data/${TOKENIZER}.tiktoken`));
+  tokenBytes = Uint8Array.from(ranks, (r) => (typeof r === 'string' ? Buffer.byteLength(r) : r.length));
+  return ranks;
+}
 
 /** Built on first use: a process that never counts tokens never holds the ranks. */
 export function o200k(): GptEncoding {
-  encoding ??= withFastMerge(
-    GptEncoding.getEncodingApi(TOKENIZER, () => ranksFromTiktoken(createRequire(import.meta.url).resolve(`gpt-tokenizer/data/${TOKENIZER}.tiktoken`))),
-  );
+  encoding ??= withFastMerge(GptEncoding.getEncodingApi(TOKENIZER, loadRanks));
   return encoding;
 }
 
@@ -98,25 +121,40 @@ export function tokenCount(text: string): number {
   return o200k().countTokens(text, asText);
 }
 
+/** The longest prefix of `text` of at most `bytes` UTF-8 bytes, in whole characters. */
+function utf8Prefix(text: string, bytes: number): string {
+  const buf = Buffer.from(text);
+  if (buf.length <= bytes) return text;
+  let end = Math.max(0, bytes);
+  // Back off continuation bytes (10xxxxxx) to the start of the character they belong to.
+  while (end > 0 && (buf[end]! & 0xc0) === 0x80) end--;
+  return buf.subarray(0, end).toString('utf8');
+}
+
 /**
  * The longest prefix of `text` within `max` tokens, cut back to a line end when one is near.
- * Found by binary search over code points with `countTokens`: decoding a token prefix would cut
- * characters in half (and gpt-tokenizer's shared streaming decoder would carry the half into
- * the next decode anywhere in the process).
+ * Counting is bounded: no prefix longer than (max + 1) × MAX_TOKEN_BYTES bytes can fit, so the
+ * text is cut there first; the rest is encoded once, cut after its max-th token (at a character
+ * boundary), and the cut checked by encoding it (a prefix can tokenize differently at its end),
+ * moving back while it is over. (A search over prefixes, counting each, was 20 counts of the
+ * whole text: seconds for a page holding one long line, the node frozen meanwhile.)
  */
 export function truncateToTokens(text: string, max: number): string {
   if (max <= 0) return '';
+  if (Buffer.byteLength(text) <= max) return text; // a token holds at least one byte
   const enc = o200k();
-  if (enc.countTokens(text, asText) <= max) return text;
-  const cps = Array.from(text);
-  let lo = 0;
-  let hi = cps.length;
-  while (lo < hi) {
-    const mid = (lo + hi + 1) >> 1;
-    if (enc.countTokens(cps.slice(0, mid).join(''), asText) <= max) lo = mid;
-    else hi = mid - 1;
+  let cut = utf8Prefix(text, (max + 1) * MAX_TOKEN_BYTES);
+  for (let round = 0; ; round++) {
+    const tokens = enc.encode(cut, asText);
+    if (tokens.length <= max) break;
+    let bytes = 0;
+    for (let i = 0; i < max; i++) bytes += tokenBytes[tokens[i]!]!;
+    const next = utf8Prefix(cut, bytes);
+    // Each round shortens the cut; should a few rounds not settle it, a character at a time.
+    cut = next.length < cut.length && round < 8 ? next : Array.from(cut).slice(0, -1).join('');
+    if (cut.length === 0) return '';
   }
-  const cut = cps.slice(0, lo).join('');
+  if (cut.length === text.length) return text;
   const nl = cut.lastIndexOf('\n');
   return nl > cut.length / 2 ? cut.slice(0, nl) : cut;
 }

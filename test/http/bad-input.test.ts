@@ -305,6 +305,18 @@ describe.each(testEngines())('REST bad input (%s)', (engine) => {
       expectError(await agent.put(`/api/v1/nodes/${page.id}`, { content: '# a\u0000b\n' }), 400, 'invalid_content');
     });
 
+    it('content holding half a surrogate pair is 400 invalid_content; whole pairs are fine', async () => {
+      // JSON.stringify escapes a lone surrogate as \\ud800: the request is valid JSON, the text is not Unicode.
+      for (const bad of ['# a\ud800b\n', '# a\udfffb\n', '# tail \ud83d', '# \ude00 head\n']) {
+        expectError(await agent.post('/api/v1/nodes', { path: 'eng/half.md', content: bad }), 400, 'invalid_content');
+        expectError(await agent.put(`/api/v1/nodes/${page.id}`, { content: bad }), 400, 'invalid_content');
+      }
+      expect((await agent.get(`/api/v1/nodes/${page.id}`)).body.content).toBe(PAGE);
+      const ok = await agent.post('/api/v1/nodes', { path: 'eng/emoji.md', content: '# Lamp 😀🔦\n' });
+      expectStatus(ok, 201);
+      expect((await agent.get(`/api/v1/nodes/${ok.body.id}`)).body.content).toBe('# Lamp 😀🔦\n');
+    });
+
     it('an archived page with an unknown archived_reason is 400 invalid_frontmatter', async () => {
       const content = '---\nstate: archived\narchived_reason: bored\n---\n# A\n';
       expectError(await agent.post('/api/v1/nodes', { path: 'eng/ar.md', content }), 400, 'invalid_frontmatter');

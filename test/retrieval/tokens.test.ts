@@ -136,4 +136,29 @@ describe('token counting', () => {
     // 25,000: what the library itself counted (in 37 s) for this run.
     expect(tokenCount('x'.repeat(200_000))).toBe(25_000);
   });
+
+  it('keeps no long piece in the merge cache (a 1 MB line would stay there, and every prefix cut of it)', () => {
+    tokenCount('q'.repeat(50_000));
+    truncateToTokens('z'.repeat(60_000), 300);
+    tokenCount('short words stay cached');
+    const cache = (o200k() as unknown as { bytePairEncodingCoreProcessor: { mergeCache?: Map<string, unknown> } }).bytePairEncodingCoreProcessor.mergeCache;
+    expect(cache).toBeInstanceOf(Map);
+    expect(cache!.size).toBeGreaterThan(0);
+    expect([...cache!.keys()].filter((k) => k.length > 256)).toEqual([]);
+  });
+
+  it('cuts long text with few counts: the prefix within budget, and the longest one', () => {
+    for (const [text, max] of [
+      ['a'.repeat(500_000), 30_000],
+      ['灯台の保守'.repeat(50_000), 1_000],
+      [Array.from({ length: 20_000 }, (_, i) => `word${i}`).join(' '), 7_777],
+    ] as const) {
+      const cut = truncateToTokens(text, max);
+      expect(text.startsWith(cut)).toBe(true);
+      const n = tokenCount(cut);
+      expect(n).toBeLessThanOrEqual(max);
+      // Longest: one more character would not fit (or the cut moved back to a line end; none here).
+      expect(tokenCount(text.slice(0, cut.length + 2))).toBeGreaterThan(max - 1);
+    }
+  });
 });

@@ -23,6 +23,8 @@ export interface PageContent {
   state: 'active' | 'archived';
 }
 
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
 /** Parses and validates raw page content; `fallbackTitle` is used when it names none. */
 export function analyzeContent(raw: string, fallbackTitle: string): PageContent {
   if (raw.trim().length === 0) throw badRequest('Page content is empty', 'empty_content');
@@ -30,6 +32,10 @@ export function analyzeContent(raw: string, fallbackTitle: string): PageContent 
     throw tooLarge(`Page content is larger than ${MAX_PAGE_BYTES} bytes`);
   }
   if (raw.includes('\u0000')) throw badRequest('Page content contains a NUL character', 'invalid_content');
+  // Half a surrogate pair (sent as a JSON escape) is not Unicode: the engines stored it
+  // differently (SQLite three U+FFFD, PostgreSQL one), so what was served did not match the
+  // content_hash. Refused like NUL.
+  if (LONE_SURROGATE.test(raw)) throw badRequest('Page content contains an unpaired surrogate (not valid Unicode)', 'invalid_content');
   const { frontmatter, body } = parseDocument(raw);
   const sens = frontmatter.sensitivity ?? DEFAULT_LEVEL;
   if (!isLevel(sens)) {

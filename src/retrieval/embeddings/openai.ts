@@ -9,6 +9,7 @@
  */
 import type { EmbeddingsConfig } from '../../config.js';
 import { EmbeddingUnavailableError, normalize, type EmbeddingProvider } from './provider.js';
+import { sliceWhole } from '../text-cut.js';
 
 export interface OpenAIEmbeddingsOptions {
   /** First backoff delay; doubles per retry (with jitter) up to maxDelayMs. Default 500. */
@@ -92,13 +93,7 @@ function defaultSleep(ms: number, signal?: AbortSignal): Promise<void> {
 }
 
 /** Cuts a string to at most `max` code units without splitting a surrogate pair. */
-function cut(s: string, max: number): string {
-  if (s.length <= max) return s;
-  let end = max;
-  const c = s.charCodeAt(end - 1);
-  if (c >= 0xd800 && c <= 0xdbff) end--;
-  return s.slice(0, end);
-}
+const cut = (s: string, max: number): string => sliceWhole(s, 0, max);
 
 export class OpenAIEmbeddings implements EmbeddingProvider {
   readonly provider = 'openai' as const;
