@@ -2,7 +2,7 @@ import { sql, type RawBuilder } from 'kysely';
 import { stemmer } from 'stemmer';
 import type { Store } from '../store/db.js';
 import { rank, type Level } from '../policy/sensitivity.js';
-import { foldPg, pgTsQuery } from './keyword.js';
+import { foldPg, PG_TS_CONFIG, pgTsQuery } from './keyword.js';
 import { hasKeywordIndex, keywordTable, vocabTable } from './keyword-index.js';
 
 /**
@@ -29,7 +29,7 @@ export const SCORE_BUDGET = 2_000;
  * 3,000 pages, a word in a fifth of the sections: 46 ms at 2,000, 8 ms at 500. 1,000 keeps
  * the evaluation set's quality of 2,000 (500 lost some); issue 18, docs/decisions.md.
  */
-export const PG_SCORE_BUDGET = 1000;
+export const PG_SCORE_BUDGET = Number(process.env.PGSB ?? 1000);
 
 /**
  * An any-word query keeps its rarest words while their sections total at most this many (at
@@ -45,7 +45,7 @@ export const ANY_WORD_BUDGET = 5_000;
  * speed is the all-words plan's, for man-page fts MRR@10 0.673 instead of 0.680 (0.635 before
  * issue 20).
  */
-export const PG_ANY_WORD_BUDGET = 2_000;
+export const PG_ANY_WORD_BUDGET = Number(process.env.PGAWB ?? 2000);
 
 /** How a keyword query runs. */
 export interface KeywordPlan {
@@ -203,8 +203,8 @@ export async function termDocCounts(store: Store, terms: string[], scope: CountS
  * ceiling: the workspace's word statistics (term_stats, kept by the indexer in each write's
  * transaction; migration 016), summed over the levels it reads, in one indexed read. A term is
  * looked up by the lexemes PostgreSQL's parser makes of it (as the query does); a term of
- * several lexemes counts as its rarest. A stop word (no lexeme: the index never holds it) counts
- * as common, so the plan leaves it out as FTS5's bm25 all but ignores it.
+ * several lexemes counts as its rarest. The index keeps every word (migration 026: no stop
+ * words); a term the parser makes no lexeme of counts as common, so the plan leaves it out.
  */
 async function pgCounts(store: Store, terms: string[], scope: CountScope): Promise<DocCounts> {
   if (scope.visibility) return pgReachCounts(store, terms, scope, scope.visibility);
@@ -226,7 +226,7 @@ async function pgCounts(store: Store, terms: string[], scope: CountScope): Promi
       (select min(id) from page_sections where workspace_id = ${scope.workspaceId}) as lo,
       (select max(id) from page_sections where workspace_id = ${scope.workspaceId}) as hi
     from unnest(${unique.map(foldPg)}::text[]) with ordinality as q(t, i)
-    left join lateral unnest(tsvector_to_array(to_tsvector('english', q.t))) as x(lexeme) on true
+    left join lateral unnest(tsvector_to_array(to_tsvector(${PG_TS_CONFIG}, q.t))) as x(lexeme) on true
     left join lateral (select sum(docs) as n from term_stats s
       where s.workspace_id = ${scope.workspaceId} and s.lexeme = x.lexeme and s.level <= ${rank(scope.ceiling)}) as st on true
     group by q.i`.execute(store.db);

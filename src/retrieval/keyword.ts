@@ -140,12 +140,18 @@ export function fts5Match(terms: string[], op: 'AND' | 'OR'): string {
 }
 
 /**
+ * PostgreSQL's text search configuration of the keyword index (migration 026): `english` with no
+ * stop words, so every word is indexed and weighed as FTS5 does. A literal, as the index names it.
+ */
+export const PG_TS_CONFIG = sql.lit('cv_english');
+
+/**
  * A PostgreSQL tsquery built from the terms. Terms hold only letters, digits and marks, so they
  * cannot be tsquery syntax; each still goes through `plainto_tsquery`, which never raises, and
- * the results are joined with && or ||. Stop words become empty queries and drop out.
+ * the results are joined with && or ||. A term the parser makes no lexeme of drops out.
  */
 export function pgTsQuery(terms: string[], op: 'AND' | 'OR'): RawBuilder<unknown> {
-  const parts = terms.map((t) => sql`plainto_tsquery('english', ${foldPg(t)})`);
+  const parts = terms.map((t) => sql`plainto_tsquery(${PG_TS_CONFIG}, ${foldPg(t)})`);
   // Parenthesised: `@@` and `&&` share a precedence, so `tsv @@ a && b` would read as `(tsv @@ a) && b`.
   return sql`(${sql.join(parts, op === 'AND' ? sql` && ` : sql` || `)})`;
 }
@@ -170,7 +176,7 @@ export function pgTsQuery(terms: string[], op: 'AND' | 'OR'): RawBuilder<unknown
  */
 export function pgRank(terms: string[], docs: DocCounts | undefined, tq: RawBuilder<unknown>): { cols: RawBuilder<unknown>; score: RawBuilder<unknown> } {
   if (!docs || terms.length === 0) return { cols: sql`ts_rank_cd(s.tsv, ${tq}) as r0, s.tokens as len`, score: sql`m.r0` };
-  const cols = terms.map((t, i) => sql`ts_rank_cd(s.tsv, plainto_tsquery('english', ${foldPg(t)}), 0) as ${sql.ref(`r${i}`)}`);
+  const cols = terms.map((t, i) => sql`ts_rank_cd(s.tsv, plainto_tsquery(${PG_TS_CONFIG}, ${foldPg(t)}), 0) as ${sql.ref(`r${i}`)}`);
   const parts = terms.map((t, i) => {
     const idf = inverseFrequency(docs.get(t) ?? 0, docs.sections);
     return sql`${idf}::float8 * cv_bm25(${sql.ref(`m.r${i}`)}, m.len, f.avglen)`;

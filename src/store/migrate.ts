@@ -25,6 +25,7 @@ import * as m022 from './migrations/022_index_text.js';
 import * as m023 from './migrations/023_pg_wide_rows.js';
 import * as m024 from './migrations/024_versions_by_commit.js';
 import * as m025 from './migrations/025_section_tokens.js';
+import * as m026 from './migrations/026_pg_every_word.js';
 
 interface Migration {
   name: string;
@@ -58,6 +59,7 @@ const MIGRATIONS: Migration[] = [
   { name: '023_pg_wide_rows', up: m023.up },
   { name: '024_versions_by_commit', up: m024.up },
   { name: '025_section_tokens', up: m025.up },
+  { name: '026_pg_every_word', up: m026.up },
 ];
 
 /**
