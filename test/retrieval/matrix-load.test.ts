@@ -14,7 +14,8 @@ import { Client, signupHuman, startServerOn } from '../support/server.js';
 const PAGES = 18;
 const SECTIONS = 250;
 /** A word of page p, section j: letters only, so each is its own keyword and its own n-grams. */
-const word = (p: number, j: number) => `${'qzv'}${String.fromCharCode(97 + (p % 26))}${String.fromCharCode(97 + Math.floor(p / 26))}x${[...String(j)].map((d) => String.fromCharCode(104 + Number(d))).join('')}`;
+const word = (p: number, j: number) =>
+  `${'qzv'}${String.fromCharCode(97 + (p % 26))}${String.fromCharCode(97 + Math.floor(p / 26))}x${[...String(j)].map((d) => String.fromCharCode(104 + Number(d))).join('')}`;
 /** Every other section inside an `internal` block: consecutive sections of different levels never share a vector's window, so each section is a row. */
 const page = (p: number) =>
   `# Load ${p}\n\n` +
