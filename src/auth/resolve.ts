@@ -76,16 +76,9 @@ function parseGrants(json: string): Grant[] {
  * good part of an authenticated read's CPU. The text stays the same, so PostgreSQL connections
  * prepare it once (store/db.ts).
  */
-const AT = { hash: '\u0000cv:token-hash', now: '\u0000cv:now', page: '\u0000cv:page' } as const;
+const AT = { hash: '\u0000cv:token-hash', now: '\u0000cv:now' } as const;
 
-function agentKeyStatement(ctx: CoreContext, withPage: boolean) {
-  // The page as findReadablePage reads it (live, in the key's workspace): every column is text,
-  // so its JSON form parses back to the same row.
-  const page = withPage
-    ? sql<
-        string | null
-      >`(select row_to_json(p)::text from pages p where p.id = ${AT.page} and p.workspace_id = agent_keys.workspace_id and p.deleted_at is null)`
-    : sql<string | null>`null`;
+function agentKeyStatement(ctx: CoreContext) {
   const extras = keyExtras(ctx, AT.now);
   return ctx.store.db
     .selectFrom('agent_keys')
@@ -111,7 +104,6 @@ function agentKeyStatement(ctx: CoreContext, withPage: boolean) {
       extras.grants,
       extras.elevatedUntil,
       extras.creatorRole,
-      page.as('page'),
     ])
     .where('agent_keys.token_hash', '=', AT.hash);
 }
@@ -119,18 +111,16 @@ function agentKeyStatement(ctx: CoreContext, withPage: boolean) {
 type AgentKeyRow = InferResult<ReturnType<typeof agentKeyStatement>>[number];
 const agentKeyCompiled = new Map<string, CompiledQuery<AgentKeyRow>>();
 
-async function loadAgentKey(ctx: CoreContext, values: { hash: string; now: string; page: string | undefined }): Promise<AgentKeyRow | undefined> {
-  const withPage = values.page !== undefined;
-  const name = `${ctx.store.dialect}:${withPage ? 'page' : 'key'}`;
+async function loadAgentKey(ctx: CoreContext, values: { hash: string; now: string }): Promise<AgentKeyRow | undefined> {
+  const name = ctx.store.dialect;
   let compiled = agentKeyCompiled.get(name);
   if (!compiled) {
-    compiled = agentKeyStatement(ctx, withPage).compile();
+    compiled = agentKeyStatement(ctx).compile();
     agentKeyCompiled.set(name, compiled);
   }
   const by = new Map<unknown, string | undefined>([
     [AT.hash, values.hash],
     [AT.now, values.now],
-    [AT.page, values.page],
   ]);
   const parameters = compiled.parameters.map((v) => {
     if (!by.has(v)) return v;
@@ -193,23 +183,33 @@ function keyEntry(key: AgentKeyRow): KeyEntry {
   };
 }
 
+/**
+ * PostgreSQL: the database's snapshot (read-cache.ts) and the live page `id` as of that same
+ * snapshot (one statement reads at one), whatever its workspace: the caller compares it with the
+ * key's once the key is known.
+ */
+async function stateWithPage(ctx: CoreContext, id: string): Promise<{ state: string; page: string | null }> {
+  const r = await sql<{ state: string; page: string | null }>`select pg_current_snapshot()::text as state,
+    (select row_to_json(p)::text from pages p where p.id = ${id} and p.deleted_at is null) as page`.execute(ctx.store.db);
+  return r.rows[0]!;
+}
+
 async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): Promise<Authenticated> {
   const db = ctx.store.db;
   const now = Date.now();
-  // SQLite reads in-process: reading the page ahead saves nothing there.
-  const pageId = ctx.store.dialect === 'postgres' ? c.prefetchPage : undefined;
   const hash = hashSecret(secret);
   const load = async () => {
-    const row = await loadAgentKey(ctx, { hash, now: new Date(now).toISOString(), page: pageId });
+    const row = await loadAgentKey(ctx, { hash, now: new Date(now).toISOString() });
     return row ? keyEntry(row) : undefined;
   };
   // A kept row is the one a read would return now: any commit (a revocation, a lockdown, an
   // elevation, this key's own last_used_at) drops it. Only the times are checked anew below.
-  const snapshot = readSnapshot(ctx.store);
-  const entry =
-    pageId === undefined
-      ? await readCache<KeyEntry | undefined>(ctx.store, 'agent-keys', { entries: KEYS_CACHED }).through(hash, load, snapshot)
-      : await load();
+  // On PostgreSQL the state is asked for with the page the request names (if any) in one round
+  // trip, the page as of that state: a kept key then costs nothing more (SQLite reads
+  // in-process, and reading the page ahead saves nothing there).
+  const ahead = ctx.store.dialect === 'postgres' && c.prefetchPage !== undefined ? await stateWithPage(ctx, c.prefetchPage) : undefined;
+  const snapshot = ahead ? ahead.state : await readSnapshot(ctx.store);
+  const entry = await readCache<KeyEntry | undefined>(ctx.store, 'agent-keys', { entries: KEYS_CACHED }).through(hash, load, snapshot);
   // One message for every dead key: the caller learns nothing about which check failed.
   const dead = () => unauthorized('The agent key is invalid, expired or revoked', 'invalid_token');
   if (!entry || entry.dead) throw dead();
@@ -231,7 +231,10 @@ async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): P
   const principal = entry.elevatedMs !== null && entry.elevatedMs > now ? entry.elevated : entry.plain;
   // What this request reads next (its page) is judged against the same state of the store.
   pinSnapshot(principal, snapshot);
-  return { principal, page: pageId === undefined ? undefined : key.page === null ? null : (JSON.parse(key.page) as PagesTable) };
+  if (!ahead) return { principal, page: undefined };
+  // A page of another workspace does not exist for this key.
+  const page = ahead.page === null ? null : (JSON.parse(ahead.page) as PagesTable);
+  return { principal, page: page !== null && page.workspace_id === key.workspaceId ? page : null };
 }
 
 async function fromSession(ctx: CoreContext, token: string, c: Credentials): Promise<Principal> {

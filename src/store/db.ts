@@ -33,13 +33,23 @@ export interface Store {
    */
   ownCommits(): number;
   /**
-   * A count that changes whenever another connection (another process on the same file) has
-   * committed: SQLite's `PRAGMA data_version` (a few microseconds). null where there is no such
-   * check (PostgreSQL: other nodes write unseen), and then nothing may be kept.
+   * What other connections have committed, as read-cache.ts keys what it keeps by:
+   * - SQLite: `PRAGMA data_version`, a count that grows whenever another connection (another
+   *   process on the same file) commits (a few microseconds, no I/O);
+   * - PostgreSQL: the text of `pg_current_snapshot()` (xmin:xmax:transactions in progress), one
+   *   small round trip. Two equal snapshots see exactly the same committed transactions: any
+   *   transaction that committed in between was in progress or not yet begun in the first and is
+   *   neither in the second. (A WAL position was considered and rejected: a reader between a
+   *   commit's WAL record and its visibility would tag what it read without the commit with a
+   *   position that no later read tells apart.)
+   * null when the store cannot tell (closed), and then nothing may be kept.
    */
-  othersCommits(): number | null;
+  othersCommits(): StoreVersion | null | Promise<StoreVersion | null>;
   close(): Promise<void>;
 }
+
+/** A state of the store as othersCommits names it: a count that grows (SQLite) or a snapshot compared by equality (PostgreSQL). */
+export type StoreVersion = number | string;
 
 /** Either the root connection or an open transaction: core functions accept both. */
 export type Executor = Kysely<DB> | Transaction<DB>;
@@ -76,8 +86,10 @@ const QUERY_TIMEOUT_MS = 60_000;
 /** Opens the store (SQLite file under dataDir, or PostgreSQL when databaseUrl is set) and migrates it. */
 export async function openStore(opts: StoreOptions): Promise<Store> {
   if (opts.databaseUrl) {
-    const db = new Kysely<DB>({ dialect: new PostgresDialect({ pool: postgresPool(opts.databaseUrl, opts.poolMax) }) });
+    const pool = postgresPool(opts.databaseUrl, opts.poolMax);
+    const db = new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
     await migrate(db, 'postgres');
+    const snapshot = { name: 'cv_snapshot', text: 'select pg_current_snapshot()::text as s' };
     return {
       db,
       dialect: 'postgres',
@@ -87,7 +99,7 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
       syncFailure: () => null,
       syncStats: () => null,
       ownCommits: () => 0,
-      othersCommits: () => null,
+      othersCommits: async () => (await pool.query<{ s: string }>(snapshot)).rows[0]?.s ?? null,
       close: () => db.destroy(),
     };
   }

@@ -100,7 +100,7 @@ export async function readPage(ctx: CoreContext, p: Principal, ref: string, opts
         ? await readCache<PageRecord>(ctx.store, 'page-reads', PAGE_READS_KEPT).through(
             JSON.stringify([readViewKey(p), ref, opts.section ?? null]),
             load,
-            pinnedSnapshot(ctx.store, p),
+            await pinnedSnapshot(ctx.store, p),
           )
         : await load();
     ctx.touches.touch(kept.id, now);
