@@ -2,8 +2,24 @@ import { sql } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openStore, type Store, type StoreVersion } from '../../src/store/db.js';
-import { compareVersions, pinnedSnapshot, pinSnapshot, ReadCache, readSnapshot } from '../../src/store/read-cache.js';
+import { compareVersions, pinnedSnapshot, pinSnapshot, ReadCache, readSnapshot, type ReadCacheLimits } from '../../src/store/read-cache.js';
 import { createTestDatabase, testEngines } from '../support/engines.js';
+
+/** A cache on `store` whose loads are counted, answering `value-<key>-<loads>`; `get` takes the store's state now unless given one. */
+function countedCache(store: Store, limits: ReadCacheLimits) {
+  const cache = new ReadCache<string>(store, limits);
+  let loads = 0;
+  const get = async (key: string, snapshot?: StoreVersion | null) =>
+    cache.through(
+      key,
+      async () => {
+        loads++;
+        return `value-${key}-${loads}`;
+      },
+      snapshot === undefined ? await readSnapshot(store) : snapshot,
+    );
+  return { get, loads: () => loads };
+}
 
 /**
  * src/store/read-cache.ts on a real SQLite store: what is kept goes at the next commit (this
@@ -29,21 +45,7 @@ describe('ReadCache (sqlite)', () => {
     await cleanup?.();
   });
 
-  /** A cache whose loads are counted, answering `value-<key>-<loads>`. */
-  function counted(limits: ConstructorParameters<typeof ReadCache<string>>[1]) {
-    const cache = new ReadCache<string>(store, limits);
-    let loads = 0;
-    const get = async (key: string, snapshot?: StoreVersion | null) =>
-      cache.through(
-        key,
-        async () => {
-          loads++;
-          return `value-${key}-${loads}`;
-        },
-        snapshot === undefined ? await readSnapshot(store) : snapshot,
-      );
-    return { get, loads: () => loads };
-  }
+  const counted = (limits: ReadCacheLimits) => countedCache(store, limits);
 
   it('keeps a value until a commit on this connection, then reads again', async () => {
     const c = counted({ entries: 10 });
@@ -144,20 +146,7 @@ describe.runIf(testEngines().includes('postgres'))('ReadCache (postgres)', () =>
     await cleanup?.();
   });
 
-  function counted() {
-    const cache = new ReadCache<string>(store, { entries: 10 });
-    let loads = 0;
-    const get = async (key: string, snapshot?: StoreVersion | null) =>
-      cache.through(
-        key,
-        async () => {
-          loads++;
-          return `value-${key}-${loads}`;
-        },
-        snapshot === undefined ? await readSnapshot(store) : snapshot,
-      );
-    return { get, loads: () => loads };
-  }
+  const counted = () => countedCache(store, { entries: 10 });
 
   it('keeps a value until any connection commits; a read-only query changes nothing', async () => {
     const c = counted();
