@@ -185,12 +185,14 @@ function keyEntry(key: AgentKeyRow): KeyEntry {
 
 /**
  * PostgreSQL: the database's snapshot (read-cache.ts) and the live page `id` as of that same
- * snapshot (one statement reads at one), whatever its workspace: the caller compares it with the
- * key's once the key is known.
+ * snapshot (one statement reads at one), read only when a key of that hash exists in the page's
+ * workspace: read for anyone, a page of another workspace took as long to answer "not found" as
+ * its size, telling that it exists (attack of session o). The key is checked in full after.
  */
-async function stateWithPage(ctx: CoreContext, id: string): Promise<{ state: string; page: string | null }> {
+async function stateWithPage(ctx: CoreContext, id: string, hash: string): Promise<{ state: string; page: string | null }> {
   const r = await sql<{ state: string; page: string | null }>`select pg_current_snapshot()::text as state,
-    (select row_to_json(p)::text from pages p where p.id = ${id} and p.deleted_at is null) as page`.execute(ctx.store.db);
+    (select row_to_json(p)::text from agent_keys k join pages p on p.workspace_id = k.workspace_id and p.id = ${id} and p.deleted_at is null
+      where k.token_hash = ${hash}) as page`.execute(ctx.store.db);
   return r.rows[0]!;
 }
 
@@ -207,7 +209,7 @@ async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): P
   // On PostgreSQL the state is asked for with the page the request names (if any) in one round
   // trip, the page as of that state: a kept key then costs nothing more (SQLite reads
   // in-process, and reading the page ahead saves nothing there).
-  const ahead = ctx.store.dialect === 'postgres' && c.prefetchPage !== undefined ? await stateWithPage(ctx, c.prefetchPage) : undefined;
+  const ahead = ctx.store.dialect === 'postgres' && c.prefetchPage !== undefined ? await stateWithPage(ctx, c.prefetchPage, hash) : undefined;
   const snapshot = ahead ? ahead.state : await readSnapshot(ctx.store);
   const entry = await readCache<KeyEntry | undefined>(ctx.store, 'agent-keys', { entries: KEYS_CACHED }).through(hash, load, snapshot);
   // One message for every dead key: the caller learns nothing about which check failed.
@@ -232,7 +234,7 @@ async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): P
   // What this request reads next (its page) is judged against the same state of the store.
   pinSnapshot(principal, snapshot);
   if (!ahead) return { principal, page: undefined };
-  // A page of another workspace does not exist for this key.
+  // A page of another workspace does not exist for this key (the statement already reads none).
   const page = ahead.page === null ? null : (JSON.parse(ahead.page) as PagesTable);
   return { principal, page: page !== null && page.workspace_id === key.workspaceId ? page : null };
 }

@@ -41,8 +41,11 @@ export interface BucketSpec {
 
 export interface RateLimitStore {
   readonly dialect: Dialect;
-  /** Takes `n` tokens (default 1) if the bucket holds that many; else takes none and refuses. */
-  hit(bucket: string, spec: BucketSpec, n?: number): Promise<RateLimitResult>;
+  /**
+   * Takes `n` tokens (default 1) if the bucket holds at least `need` (default `n`) when the hit
+   * lands; else takes none and refuses.
+   */
+  hit(bucket: string, spec: BucketSpec, n?: number, need?: number): Promise<RateLimitResult>;
   /** Deletes buckets untouched for `idleMs` (they are full again); returns how many. */
   prune(idleMs: number): Promise<number>;
   close(): Promise<void>;
@@ -69,9 +72,10 @@ function allowed(tokens: number): RateLimitResult {
   return { allowed: true, retryAfterSeconds: 0, remaining: Math.max(0, Math.floor(tokens + EPS)) };
 }
 
-function checkSpec(spec: BucketSpec, n: number): void {
+function checkSpec(spec: BucketSpec, n: number, need: number): void {
   if (!(spec.capacity >= 1) || !(spec.refillPerSecond > 0)) throw new Error(`Bad bucket ${JSON.stringify(spec)}`);
   if (!Number.isInteger(n) || n < 1 || n > spec.capacity) throw new Error(`Bad take ${n} from ${JSON.stringify(spec)}`);
+  if (!Number.isInteger(need) || need < n) throw new Error(`Bad need ${need} for a take of ${n}`);
 }
 
 class SqliteRateLimits implements RateLimitStore {
@@ -95,16 +99,16 @@ class SqliteRateLimits implements RateLimitStore {
       on conflict (bucket) do update set
         tokens = max(0.0, min(@capacity, tokens + max(0, excluded.updated_ms - updated_ms) / 1000.0 * @rate) - @n),
         updated_ms = max(updated_ms, excluded.updated_ms)
-      where min(@capacity, tokens + max(0, excluded.updated_ms - updated_ms) / 1000.0 * @rate) >= @n - @eps
+      where min(@capacity, tokens + max(0, excluded.updated_ms - updated_ms) / 1000.0 * @rate) >= @need - @eps
       returning tokens`);
     this.readStmt = this.db.prepare('select tokens, updated_ms from rate_limits where bucket = ?');
     this.pruneStmt = this.db.prepare('delete from rate_limits where updated_ms < ?');
   }
 
-  async hit(bucket: string, spec: BucketSpec, n = 1): Promise<RateLimitResult> {
-    checkSpec(spec, n);
+  async hit(bucket: string, spec: BucketSpec, n = 1, need = n): Promise<RateLimitResult> {
+    checkSpec(spec, n, need);
     const now = Date.now();
-    const row = this.hitStmt.get({ bucket, capacity: spec.capacity, rate: spec.refillPerSecond, now, eps: EPS, n }) as { tokens: number } | undefined;
+    const row = this.hitStmt.get({ bucket, capacity: spec.capacity, rate: spec.refillPerSecond, now, eps: EPS, n, need }) as { tokens: number } | undefined;
     if (row) return allowed(row.tokens);
     const cur = this.readStmt.get(bucket) as { tokens: number; updated_ms: number } | undefined;
     return cur ? refused(cur.tokens, cur.updated_ms, now, spec) : { allowed: false, retryAfterSeconds: 1, remaining: 0 };
@@ -140,8 +144,8 @@ class PostgresRateLimits implements RateLimitStore {
     this.db = new Kysely<DB>({ dialect: new PostgresDialect({ pool }) });
   }
 
-  async hit(bucket: string, spec: BucketSpec, n = 1): Promise<RateLimitResult> {
-    checkSpec(spec, n);
+  async hit(bucket: string, spec: BucketSpec, n = 1, need = n): Promise<RateLimitResult> {
+    checkSpec(spec, n, need);
     const cap = sql`${spec.capacity}::float8`;
     const take = sql`${n}::float8`;
     const rate = sql`${spec.refillPerSecond}::float8`;
@@ -152,7 +156,7 @@ class PostgresRateLimits implements RateLimitStore {
       on conflict (bucket) do update set
         tokens = greatest(0, ${refilled} - ${take}),
         updated_ms = greatest(r.updated_ms, excluded.updated_ms)
-      where ${refilled} >= ${n - EPS}::float8
+      where ${refilled} >= ${need - EPS}::float8
       returning tokens`.execute(this.db);
     const row = res.rows[0];
     if (row) return allowed(Number(row.tokens));
@@ -246,7 +250,10 @@ class LeasedBuckets implements RateLimitStore {
     if (lease && now < lease.until) {
       const extra = Math.min(LEASE_MAX, Math.floor(lease.shared * LEASE_SHARE), spec.capacity - 1);
       if (extra >= 2) {
-        const r = await this.shared.hit(bucket, spec, 1 + extra);
+        // Sized by what the bucket held at this node's last take (up to LEASE_MS ago), so taken
+        // only if the bucket still holds enough for it to be a 1/16 share now: another node may
+        // have spent most of it since (attack of session o: 1,025 of 1,100 tokens leased).
+        const r = await this.shared.hit(bucket, spec, 1 + extra, Math.max(1 + extra, Math.ceil(extra / LEASE_SHARE)));
         if (r.allowed) {
           this.leases.set(bucket, { tokens: extra, shared: r.remaining, until: now + LEASE_MS });
           return { ...r, remaining: r.remaining + extra };
