@@ -12,7 +12,7 @@ import type { Dialect } from '../db.js';
  *   Snowball's English stemmer and no stop-word list; the column is recomputed with it, its
  *   index rebuilt and the word statistics counted again (they gain the stop words' counts).
  *   Evaluation, PostgreSQL, MRR@10: man-page set fts 0.688 → 0.693, hybrid 0.692 → 0.696 (plain
- *   bm25 0.691); Debian set fts 0.765 → 0.766, hybrid 0.816 → 0.823 (SQLite 0.823).
+ *   bm25 0.691); Debian set fts 0.765 → 0.766, hybrid 0.816 → 0.823 (SQLite 0.820).
  * - The functions the column is computed by call each other and name `cv_english`, so they run
  *   with the schema they were made in on their search path: `pg_restore` sets an empty search
  *   path, and computing the column then failed (`function cv_index_text(text, integer) does not
