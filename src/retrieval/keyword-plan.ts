@@ -29,7 +29,7 @@ export const SCORE_BUDGET = 2_000;
  * 3,000 pages, a word in a fifth of the sections: 46 ms at 2,000, 8 ms at 500. 1,000 keeps
  * the evaluation set's quality of 2,000 (500 lost some); issue 18, docs/decisions.md.
  */
-export const PG_SCORE_BUDGET = Number(process.env.PGSB ?? 1000);
+export const PG_SCORE_BUDGET = 1000;
 
 /**
  * An any-word query keeps its rarest words while their sections total at most this many (at
@@ -45,7 +45,7 @@ export const ANY_WORD_BUDGET = 5_000;
  * speed is the all-words plan's, for man-page fts MRR@10 0.673 instead of 0.680 (0.635 before
  * issue 20).
  */
-export const PG_ANY_WORD_BUDGET = Number(process.env.PGAWB ?? 2000);
+export const PG_ANY_WORD_BUDGET = 2_000;
 
 /** How a keyword query runs. */
 export interface KeywordPlan {

@@ -48,7 +48,7 @@ export interface Store {
   close(): Promise<void>;
 }
 
-/** A state of the store as othersCommits names it: a count that grows (SQLite) or a snapshot compared by equality (PostgreSQL). */
+/** A state of the store as othersCommits names it: a count that grows (SQLite) or a snapshot's text (PostgreSQL; read-cache.ts orders them). */
 export type StoreVersion = number | string;
 
 /** Either the root connection or an open transaction: core functions accept both. */

@@ -4,8 +4,8 @@ import type { Store, StoreVersion } from './db.js';
  * Values read from the database, kept while nothing has been committed since they were read.
  * Every entry belongs to one state of the store, named by this process's commits (`ownCommits`,
  * counted as they return) and by what other connections have committed (`othersCommits`:
- * SQLite's `PRAGMA data_version`, a count; PostgreSQL's `pg_current_snapshot()`, compared by
- * equality); all entries go when either moves. A hit therefore answers exactly what a fresh
+ * SQLite's `PRAGMA data_version`, a count; PostgreSQL's `pg_current_snapshot()`, equal when the
+ * same commits are visible); all entries go when either moves. A hit therefore answers exactly what a fresh
  * read would.
  *
  * Asking costs a few microseconds on SQLite and one small round trip on PostgreSQL, so a request
