@@ -3,6 +3,7 @@ import { sql } from 'kysely';
 import { decideAuditRead } from '../policy/audit.js';
 import type { Principal } from '../policy/principal.js';
 import type { Executor } from '../store/db.js';
+import { builtOnce } from '../store/built-once.js';
 import { lockedState, noteLocked } from '../store/tx.js';
 import type { AuditLogTable } from '../store/schema.js';
 import { AUDIT_LIMITS, type AuditQuery } from './audit-input.js';
@@ -38,9 +39,7 @@ export async function appendAuditMany(trx: Executor, workspaceId: string, inputs
   if (inputs.length === 0) return;
   // Under PostgreSQL's workspace lock the tail was read with the lock (store/tx.ts).
   const locked = lockedState(trx, workspaceId);
-  const last = locked
-    ? (locked.auditTail ?? undefined)
-    : await trx.selectFrom('audit_log').select(['seq', 'hash']).where('workspace_id', '=', workspaceId).orderBy('seq', 'desc').limit(1).executeTakeFirst();
+  const last = locked ? (locked.auditTail ?? undefined) : await auditTail.first(trx, { workspaceId });
   let seq = last?.seq ?? 0;
   let prevHash = last?.hash ?? GENESIS;
   const rows = inputs.map((input) => {
@@ -56,13 +55,14 @@ export async function appendAuditMany(trx: Executor, workspaceId: string, inputs
     prevHash = row.hash;
     return row;
   });
-  for (let i = 0; i < rows.length; i += 500)
-    await trx
-      .insertInto('audit_log')
-      .values(rows.slice(i, i + 500))
-      .execute();
+  for (let i = 0; i < rows.length; i += 500) await insertEntries.execute(trx, rows.slice(i, i + 500));
   noteLocked(trx, workspaceId, { auditTail: { seq, hash: prevHash } });
 }
+
+const auditTail = builtOnce((db, v: { workspaceId: string }) =>
+  db.selectFrom('audit_log').select(['seq', 'hash']).where('workspace_id', '=', v.workspaceId).orderBy('seq', 'desc').limit(1),
+);
+const insertEntries = builtOnce((db, rows: AuditLogTable[]) => db.insertInto('audit_log').values(rows));
 
 /** Where a chain first breaks: the entry whose stored hashes do not follow from its predecessor. */
 export interface BrokenLink {

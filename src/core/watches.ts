@@ -7,6 +7,7 @@ import { atOrBelow, LEVELS, rank, type Level } from '../policy/sensitivity.js';
 import { canWatchFolder, canWatchPage, revealsOldPath, watchDelivers, type FolderSight } from '../policy/watches.js';
 import { findReadablePage, isPageId } from '../retrieval/lookup.js';
 import type { Executor } from '../store/db.js';
+import { builtOnce } from '../store/built-once.js';
 import type { DB, PagesTable, WatchesTable } from '../store/schema.js';
 import { inTransaction } from '../store/tx.js';
 import { appendAudit } from './audit.js';
@@ -443,15 +444,15 @@ async function addEvent(trx: Transaction<DB>, slot: EventSlot, kind: 'page_chang
  * their ceiling, outside their grants, moved out of their sight) — no event. The actor (and the
  * credited author) are never told of their own change.
  */
+/** Every page write asks this (store/built-once.ts: built once per number of targets). */
+const watchesOn = builtOnce((db, v: { ws: string; targets: string[] }) =>
+  db.selectFrom('watches').select(['id', 'principal_id', 'key_id']).where('workspace_id', '=', v.ws).where('target', 'in', v.targets),
+);
+
 export async function deliverWatchEvents(ctx: CoreContext, trx: Transaction<DB>, workspaceId: string, change: WatchedChange): Promise<void> {
   const targets = new Set([`page:${change.row.id}`, ...folderTargets(change.row.path)]);
   if (change.before && change.before.path !== change.row.path) for (const t of folderTargets(change.before.path)) targets.add(t);
-  const watches = await trx
-    .selectFrom('watches')
-    .select(['id', 'principal_id', 'key_id'])
-    .where('workspace_id', '=', workspaceId)
-    .where('target', 'in', [...targets])
-    .execute();
+  const watches = await watchesOn.rows(trx, { ws: workspaceId, targets: [...targets] });
   const actorIds = [change.actor.id, ...(change.author ? [change.author.id] : [])];
   const relevant = watches.filter((w) => !actorIds.includes(w.principal_id));
   if (relevant.length === 0) return;

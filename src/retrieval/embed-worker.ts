@@ -1,5 +1,6 @@
-import { sql, type SelectQueryBuilder } from 'kysely';
+import { sql, type Insertable, type SelectQueryBuilder } from 'kysely';
 import type { Store } from '../store/db.js';
+import { builtOnce } from '../store/built-once.js';
 import type { DB } from '../store/schema.js';
 import { inTransaction } from '../store/tx.js';
 import { textHash, vecToBytes, windowEmbedText, windows } from './embed-text.js';
@@ -168,15 +169,9 @@ export class EmbedWorker {
     const db = this.store.db;
 
     const ids = jobs.map((j) => j.page_id);
-    const pages = new Map((await db.selectFrom('pages').select(['id', 'content_hash', 'deleted_at']).where('id', 'in', ids).execute()).map((p) => [p.id, p]));
-    const sections = await db
-      .selectFrom('page_sections')
-      .select(['page_id', 'ord', 'title', 'heading', 'text', 'block_level'])
-      .where('page_id', 'in', ids)
-      .orderBy('page_id')
-      .orderBy('ord')
-      .execute();
-    const old = await db.selectFrom('section_vectors').select(['text_hash', 'vec']).where('page_id', 'in', ids).where('model', '=', this.key).execute();
+    const pages = new Map((await pagesOf.rows(db, { ids })).map((p) => [p.id, p]));
+    const sections = await sectionsOf.rows(db, { ids });
+    const old = await vectorsOf.rows(db, { ids, model: this.key });
     const reuse = new Map(old.map((o) => [o.text_hash, o.vec]));
 
     // Each live page's windows of sections; only texts not embedded before go to the provider.
@@ -211,12 +206,12 @@ export class EmbedWorker {
     // The round's pages in a few statements, not a few per page.
     await inTransaction(this.store, null, async (trx) => {
       // A write since we read a job queued newer content: leave that job for the next round.
-      const queued = await trx.selectFrom('embed_jobs').select(['page_id', 'content_hash']).where('page_id', 'in', ids).execute();
+      const queued = await jobsOf.rows(trx, { ids });
       const current = new Map(queued.map((q) => [q.page_id, q.content_hash]));
       const done = jobs.filter((j) => current.get(j.page_id) === j.content_hash);
       if (done.length === 0) return;
       const doneIds = done.map((j) => j.page_id);
-      await trx.deleteFrom('section_vectors').where('page_id', 'in', doneIds).execute();
+      await deleteVectors.execute(trx, { ids: doneIds });
       const rows = done.flatMap((job) => {
         const page = pages.get(job.page_id);
         const live = page !== undefined && page.deleted_at === null && page.content_hash === job.content_hash;
@@ -233,19 +228,15 @@ export class EmbedWorker {
             vec: fresh.get(w.hash) ?? reuse.get(w.hash)!,
           }));
       });
-      for (let i = 0; i < rows.length; i += 100)
-        await trx
-          .insertInto('section_vectors')
-          .values(rows.slice(i, i + 100))
-          .execute();
-      await trx
-        .deleteFrom('embed_jobs')
-        .where((eb) => eb.or(done.map((j) => eb.and([eb('page_id', '=', j.page_id), eb('content_hash', '=', j.content_hash)]))))
-        .execute();
-      await trx
-        .insertInto('vector_log')
-        .values(done.map((j) => ({ workspace_id: j.workspace_id, page_id: j.page_id, at })))
-        .execute();
+      for (let i = 0; i < rows.length; i += 100) await insertVectors.execute(trx, rows.slice(i, i + 100));
+      await deleteJobs.execute(
+        trx,
+        done.map((j) => ({ page_id: j.page_id, content_hash: j.content_hash })),
+      );
+      await logVectors.execute(
+        trx,
+        done.map((j) => ({ workspace_id: j.workspace_id, page_id: j.page_id, at })),
+      );
     });
     if (this.status.lastError !== null && missing.length > 0) this.status.lastError = null;
     return jobs.length;
@@ -296,3 +287,24 @@ export class EmbedWorker {
     }
   }
 }
+
+// A round's statements, built once per shape (store/built-once.ts): rounds follow every burst of writes.
+const pagesOf = builtOnce((db, v: { ids: string[] }) => db.selectFrom('pages').select(['id', 'content_hash', 'deleted_at']).where('id', 'in', v.ids));
+const sectionsOf = builtOnce((db, v: { ids: string[] }) =>
+  db
+    .selectFrom('page_sections')
+    .select(['page_id', 'ord', 'title', 'heading', 'text', 'block_level'])
+    .where('page_id', 'in', v.ids)
+    .orderBy('page_id')
+    .orderBy('ord'),
+);
+const vectorsOf = builtOnce((db, v: { ids: string[]; model: string }) =>
+  db.selectFrom('section_vectors').select(['text_hash', 'vec']).where('page_id', 'in', v.ids).where('model', '=', v.model),
+);
+const jobsOf = builtOnce((db, v: { ids: string[] }) => db.selectFrom('embed_jobs').select(['page_id', 'content_hash']).where('page_id', 'in', v.ids));
+const deleteVectors = builtOnce((db, v: { ids: string[] }) => db.deleteFrom('section_vectors').where('page_id', 'in', v.ids));
+const insertVectors = builtOnce((db, rows: Insertable<DB['section_vectors']>[]) => db.insertInto('section_vectors').values(rows));
+const deleteJobs = builtOnce((db, jobs: { page_id: string; content_hash: string }[]) =>
+  db.deleteFrom('embed_jobs').where((eb) => eb.or(jobs.map((j) => eb.and([eb('page_id', '=', j.page_id), eb('content_hash', '=', j.content_hash)])))),
+);
+const logVectors = builtOnce((db, rows: Insertable<DB['vector_log']>[]) => db.insertInto('vector_log').values(rows));

@@ -2,6 +2,7 @@ import { sql, type Insertable, type Kysely, type Transaction } from 'kysely';
 import { documentBody, extractLinks, maxBlockLevel, redactBlocks } from '../markdown/index.js';
 import { visibleUnder } from '../policy/access.js';
 import { isLevel, LEVELS, rank, type Level } from '../policy/sensitivity.js';
+import { builtOnce, type BuiltOnce } from '../store/built-once.js';
 import type { DB, PagesTable } from '../store/schema.js';
 import { afterCommitIfAny } from '../store/tx.js';
 import { chunkBody, type Chunk } from './chunking.js';
@@ -15,17 +16,85 @@ type Exec = Kysely<DB> | Transaction<DB>;
 const BATCH = 200;
 
 /** Inserts a page's index rows into `table`, BATCH at a time (engines bound a statement's parameters). */
-async function insertBatched<T extends 'page_sections' | 'page_links' | 'page_tags' | 'page_keys'>(
-  db: Exec,
-  table: T,
-  rows: Insertable<DB[T]>[],
-): Promise<void> {
-  for (let i = 0; i < rows.length; i += BATCH)
-    await db
-      .insertInto(table)
-      .values(rows.slice(i, i + BATCH))
-      .execute();
+async function insertBatched<T extends DerivedTable>(db: Exec, table: T, rows: Insertable<DB[T]>[]): Promise<void> {
+  const insert = INSERT[table] as BuiltOnce<Insertable<DB[T]>[], unknown>;
+  for (let i = 0; i < rows.length; i += BATCH) await insert.execute(db, rows.slice(i, i + BATCH));
 }
+
+type DerivedTable = 'page_sections' | 'page_links' | 'page_tags' | 'page_keys';
+
+// The index's statements, built once per shape (store/built-once.ts): every page write runs them.
+const INSERT: { [T in DerivedTable]: BuiltOnce<Insertable<DB[T]>[], unknown> } = {
+  page_sections: builtOnce((db, rows: Insertable<DB['page_sections']>[]) => db.insertInto('page_sections').values(rows)),
+  page_links: builtOnce((db, rows: Insertable<DB['page_links']>[]) => db.insertInto('page_links').values(rows)),
+  page_tags: builtOnce((db, rows: Insertable<DB['page_tags']>[]) => db.insertInto('page_tags').values(rows)),
+  page_keys: builtOnce((db, rows: Insertable<DB['page_keys']>[]) => db.insertInto('page_keys').values(rows)),
+};
+/** A derived table's rows of some pages (the table is the run's key). */
+const derivedRows = builtOnce((db, v: { ids: readonly string[] }, table) => {
+  const spec = DERIVED[table as keyof typeof DERIVED];
+  return sql<
+    Record<string, unknown>
+  >`select ${sql.join(spec.columns.map((c) => sql.ref(c)))} from ${sql.table(table)} where ${sql.ref(spec.page)} in (${sql.join(v.ids)})`;
+});
+const deleteDerived = builtOnce((db, v: { ids: readonly string[] }, table) => {
+  const spec = DERIVED[table as keyof typeof DERIVED];
+  return sql`delete from ${sql.table(table)} where ${sql.ref(spec.page)} in (${sql.join(v.ids)})`;
+});
+/** One row of a derived table, by the columns naming it (in the spec's order). */
+const deleteDerivedRow = builtOnce((db, v: { identity: readonly unknown[] }, table) => {
+  const spec = DERIVED[table as keyof typeof DERIVED];
+  return sql`delete from ${sql.table(table)} where ${sql.join(
+    spec.identity.map((c, i) => sql`${sql.ref(c)} = ${v.identity[i]}`),
+    sql` and `,
+  )}`;
+});
+const deleteSections = builtOnce((db, v: { ids: readonly string[] }) => db.deleteFrom('page_sections').where('page_id', 'in', v.ids));
+const queueEmbedJobs = builtOnce((db, rows: Insertable<DB['embed_jobs']>[]) =>
+  db
+    .insertInto('embed_jobs')
+    .values(rows)
+    .onConflict((oc) =>
+      oc.column('page_id').doUpdateSet((eb) => ({
+        content_hash: eb.ref('excluded.content_hash'),
+        queued_at: eb.ref('excluded.queued_at'),
+        attempts: 0,
+        not_before: null,
+      })),
+    ),
+);
+const unlinkDeleted = builtOnce((db, v: { ws: string; ids: readonly string[] }) =>
+  db.updateTable('page_links').set({ target_id: null }).where('workspace_id', '=', v.ws).where('target_id', 'in', v.ids),
+);
+const linkToNames = builtOnce((db, v: { ws: string; keys: readonly string[]; pageIds: readonly string[] }) =>
+  db
+    .updateTable('page_links')
+    .set((eb) => ({
+      target_id: eb
+        .selectFrom('page_keys')
+        .select('page_keys.page_id')
+        .whereRef('page_keys.workspace_id', '=', 'page_links.workspace_id')
+        .whereRef('page_keys.key', '=', 'page_links.target_key')
+        .where('page_keys.page_id', 'in', v.pageIds)
+        .limit(1),
+    }))
+    .where('workspace_id', '=', v.ws)
+    .where('target_id', 'is', null)
+    .where('target_key', 'in', v.keys),
+);
+// The names first, then their pages by id: PostgreSQL planning the join from stale statistics
+// (a workspace loaded since its last ANALYZE) walked every live page instead (88 ms).
+const pagesByName = builtOnce((db, v: { ws: string; keys: readonly string[] }) =>
+  db
+    .with(
+      (w) => w('k').materialized(),
+      (q) => q.selectFrom('page_keys').select(['key', 'page_id']).where('workspace_id', '=', v.ws).where('key', 'in', v.keys),
+    )
+    .selectFrom('k')
+    .innerJoin('pages', 'pages.id', 'k.page_id')
+    .select(['k.key', 'pages.id', 'pages.path'])
+    .where('pages.deleted_at', 'is', null),
+);
 
 /** The derived tables synced row by row, each with its columns and the columns naming a row. */
 const DERIVED = {
@@ -47,13 +116,10 @@ const ROW_BY_ROW_MAX = 20;
  */
 async function syncDerived<T extends keyof typeof DERIVED>(db: Exec, table: T, pageIds: readonly string[], rows: Insertable<DB[T]>[]): Promise<void> {
   const spec = DERIVED[table];
-  const t = sql.table(table);
-  const cols = sql.join(spec.columns.map((c) => sql.ref(c)));
   const print = (r: Record<string, unknown>) => JSON.stringify(spec.columns.map((c) => r[c] ?? null));
   const old = new Map<string, Record<string, unknown>>();
   for (const ids of slices(pageIds)) {
-    const r = await sql<Record<string, unknown>>`select ${cols} from ${t} where ${sql.ref(spec.page)} in (${sql.join(ids)})`.execute(db);
-    for (const row of r.rows) old.set(print(row), row);
+    for (const row of (await derivedRows.execute(db, { ids }, table)).rows) old.set(print(row), row);
   }
   const wanted = new Set<string>();
   const added: Insertable<DB[T]>[] = [];
@@ -65,16 +131,11 @@ async function syncDerived<T extends keyof typeof DERIVED>(db: Exec, table: T, p
   }
   const stale = [...old].filter(([key]) => !wanted.has(key)).map(([, row]) => row);
   if (stale.length + added.length > ROW_BY_ROW_MAX) {
-    for (const ids of slices(pageIds)) await sql`delete from ${t} where ${sql.ref(spec.page)} in (${sql.join(ids)})`.execute(db);
+    for (const ids of slices(pageIds)) await deleteDerived.execute(db, { ids }, table);
     await insertBatched(db, table, rows);
     return;
   }
-  for (const row of stale) {
-    await sql`delete from ${t} where ${sql.join(
-      spec.identity.map((c) => sql`${sql.ref(c)} = ${row[c]}`),
-      sql` and `,
-    )}`.execute(db);
-  }
+  for (const row of stale) await deleteDerivedRow.execute(db, { identity: spec.identity.map((c) => row[c]) }, table);
   await insertBatched(db, table, added);
 }
 
@@ -147,18 +208,7 @@ export async function indexPages(db: Exec, rows: readonly PagesTable[], chunked?
   const wanted = [...new Set(linked.flatMap((p) => p.links.map((l) => l.key)).filter((k): k is string => k !== null))];
   const found = new Map<string, { id: string; path: string }[]>();
   for (const keys of slices(wanted)) {
-    // The names first, then their pages by id: PostgreSQL planning the join from stale statistics
-    // (a workspace loaded since its last ANALYZE) walked every live page instead (88 ms).
-    const hits = await db
-      .with(
-        (w) => w('k').materialized(),
-        (q) => q.selectFrom('page_keys').select(['key', 'page_id']).where('workspace_id', '=', ws).where('key', 'in', keys),
-      )
-      .selectFrom('k')
-      .innerJoin('pages', 'pages.id', 'k.page_id')
-      .select(['k.key', 'pages.id', 'pages.path'])
-      .where('pages.deleted_at', 'is', null)
-      .execute();
+    const hits = await pagesByName.rows(db, { ws, keys });
     for (const r of hits) found.set(r.key, [...(found.get(r.key) ?? []), { id: r.id, path: r.path }]);
   }
   const links: Insertable<DB['page_links']>[] = linked.flatMap(({ row, links }) =>
@@ -210,29 +260,21 @@ async function rewriteSqlite(db: Exec, ws: string, rows: readonly PagesTable[], 
   await ensureKeywordIndex(db, ws);
   for (const ids of slices(rows.map((r) => r.id))) {
     await unindexSections(db, ws, ids);
-    await db.deleteFrom('page_sections').where('page_id', 'in', ids).execute();
+    await deleteSections.execute(db, { ids });
   }
   // Deleted pages lose their links here; live pages' links are synced once resolved (indexPages).
   for (const ids of slices(rows.filter((r) => r.deleted_at !== null).map((r) => r.id))) {
-    await db.deleteFrom('page_links').where('source_id', 'in', ids).execute();
+    await deleteDerived.execute(db, { ids }, 'page_links');
   }
   for (const batch of slices(rows)) {
-    await db
-      .insertInto('embed_jobs')
-      .values(batch.map((row) => ({ ...embedJob(row), workspace_id: ws, attempts: 0, not_before: null, last_error: null })))
-      .onConflict((oc) =>
-        oc.column('page_id').doUpdateSet((eb) => ({
-          content_hash: eb.ref('excluded.content_hash'),
-          queued_at: eb.ref('excluded.queued_at'),
-          attempts: 0,
-          not_before: null,
-        })),
-      )
-      .execute();
+    await queueEmbedJobs.execute(
+      db,
+      batch.map((row) => ({ ...embedJob(row), workspace_id: ws, attempts: 0, not_before: null, last_error: null })),
+    );
   }
   // Links that reached a deleted page by id may reach a page created later at its name.
   for (const ids of slices(rows.filter((r) => r.deleted_at !== null).map((r) => r.id))) {
-    await db.updateTable('page_links').set({ target_id: null }).where('workspace_id', '=', ws).where('target_id', 'in', ids).execute();
+    await unlinkDeleted.execute(db, { ws, ids });
   }
   await insertBatched(db, 'page_sections', next.sections);
   const live = [...new Set(next.sections.map((r) => r.page_id))];
@@ -242,23 +284,7 @@ async function rewriteSqlite(db: Exec, ws: string, rows: readonly PagesTable[], 
   await syncDerived(db, 'page_keys', ids, next.keys);
   // Links written before these pages existed (or before they had these names) now reach them.
   const pageIds = rows.filter((r) => r.deleted_at === null).map((r) => r.id);
-  for (const keys of slices([...new Set(next.keys.map((k) => k.key))])) {
-    await db
-      .updateTable('page_links')
-      .set((eb) => ({
-        target_id: eb
-          .selectFrom('page_keys')
-          .select('page_keys.page_id')
-          .whereRef('page_keys.workspace_id', '=', 'page_links.workspace_id')
-          .whereRef('page_keys.key', '=', 'page_links.target_key')
-          .where('page_keys.page_id', 'in', pageIds)
-          .limit(1),
-      }))
-      .where('workspace_id', '=', ws)
-      .where('target_id', 'is', null)
-      .where('target_key', 'in', keys)
-      .execute();
-  }
+  for (const keys of slices([...new Set(next.keys.map((k) => k.key))])) await linkToNames.execute(db, { ws, keys, pageIds });
 }
 
 /**

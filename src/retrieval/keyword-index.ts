@@ -1,6 +1,8 @@
 import { sql, type RawBuilder } from 'kysely';
 import { LEVELS, type Level } from '../policy/sensitivity.js';
 import type { Executor, Store } from '../store/db.js';
+import { builtOnce } from '../store/built-once.js';
+import { afterCommitIfAny } from '../store/tx.js';
 import { indexText } from './keyword.js';
 
 /**
@@ -28,7 +30,11 @@ function suffix(workspaceId: string): string {
 
 /** The FTS5 table of the workspace's sections at or below `level`, as an identifier for SQL. */
 export function keywordTable(workspaceId: string, level: Level): RawBuilder<unknown> {
-  return sql.table(`kw_${level}_${suffix(workspaceId)}`);
+  return sql.table(keywordTableName(workspaceId, level));
+}
+
+function keywordTableName(workspaceId: string, level: Level): string {
+  return `kw_${level}_${suffix(workspaceId)}`;
 }
 
 /** Its fts5vocab table (rows: term, doc = sections holding the term, cnt). */
@@ -51,11 +57,24 @@ export async function hasKeywordIndex(store: Store, workspaceId: string): Promis
   return true;
 }
 
+/**
+ * Workspaces whose tables this process has seen committed, per database (its Kysely adapter).
+ * The tables are never dropped while a service runs, so what was seen stays true.
+ */
+const complete = new WeakMap<object, Set<string>>();
+
 /** Creates the workspace's tables when missing (in the caller's transaction). */
 export async function ensureKeywordIndex(db: Executor, workspaceId: string): Promise<void> {
-  // Every page write passes here: one lookup, and the eight statements only for a new workspace.
+  // Every page write passes here: a lookup the first time (sqlite_master is scanned: ~0.1 ms),
+  // and the eight statements only for a new workspace.
+  const adapter = db.getExecutor().adapter;
+  let seen = complete.get(adapter);
+  if (!seen) complete.set(adapter, (seen = new Set()));
+  if (seen.has(workspaceId)) return;
   const names = LEVELS.flatMap((l) => [`kw_${l}_${suffix(workspaceId)}`, `kwv_${l}_${suffix(workspaceId)}`]);
   const have = await sql<{ n: number }>`select count(*) as n from sqlite_master where name in (${sql.join(names)})`.execute(db);
+  // Remembered once committed: tables created by a transaction that rolls back are gone with it.
+  afterCommitIfAny(db, () => seen.add(workspaceId));
   if (Number(have.rows[0]?.n ?? 0) === names.length) return;
   for (const level of LEVELS) {
     const t = keywordTable(workspaceId, level);
@@ -70,12 +89,25 @@ export async function ensureKeywordIndex(db: Executor, workspaceId: string): Pro
 
 /** Drops pages' sections from the index: call before their page_sections rows are deleted. */
 export async function unindexSections(db: Executor, workspaceId: string, pageIds: readonly string[]): Promise<void> {
-  for (const level of LEVELS) {
-    await sql`delete from ${keywordTable(workspaceId, level)} where rowid in (select id from page_sections where page_id in (${sql.join(pageIds)}))`.execute(
-      db,
-    );
-  }
+  for (const level of LEVELS) await unindex.execute(db, { ids: pageIds }, keywordTableName(workspaceId, level));
 }
+
+// Built once per table and shape (store/built-once.ts): every page write runs them.
+const unindex = builtOnce(
+  (db, v: { ids: readonly string[] }, table) =>
+    sql`delete from ${sql.table(table)} where rowid in (select id from page_sections where page_id in (${sql.join(v.ids)}))`,
+);
+const index = builtOnce(
+  (db, v: { json: string; rank: number }, table) => sql`insert into ${sql.table(table)} (rowid, title, heading, text)
+      select json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'), json_extract(value, '$[3]')
+      from json_each(${v.json}) where json_extract(value, '$[4]') <= ${v.rank}`,
+);
+const sectionsToIndex = builtOnce(
+  (db, v: { ids: readonly string[] }) => sql<{ id: number; title: string | null; heading: string | null; text: string | null; r: number }>`
+    select s.id, s.title, s.heading, s.text, max(${rankSql(sql.ref('p.sensitivity'), 'secret')}, ${rankSql(sql.ref('s.block_level'), 'public')}) as r
+    from page_sections s join pages p on p.id = s.page_id
+    where s.page_id in (${sql.join(v.ids)})`,
+);
 
 /** A level's rank in SQL (an unknown or missing level counts as secret, as search judges it). */
 function rankSql(column: RawBuilder<unknown>, missing: string) {
@@ -88,21 +120,12 @@ function rankSql(column: RawBuilder<unknown>, missing: string) {
  * its page's sensitivity and its block's.
  */
 export async function indexSections(db: Executor, workspaceId: string, pageIds: readonly string[]): Promise<void> {
-  const rank = sql`max(${rankSql(sql.ref('p.sensitivity'), 'secret')}, ${rankSql(sql.ref('s.block_level'), 'public')})`;
-  const rows = (
-    await sql<{ id: number; title: string | null; heading: string | null; text: string | null; r: number }>`
-    select s.id, s.title, s.heading, s.text, ${rank} as r from page_sections s join pages p on p.id = s.page_id
-    where s.page_id in (${sql.join(pageIds)})`.execute(db)
-  ).rows;
+  const rows = await sectionsToIndex.rows(db, { ids: pageIds });
   if (rows.length === 0) return;
   // Each section's text is prepared once (indexText), not once per level's table.
   const prepared = (t: string | null) => (t === null ? null : indexText(t));
   const json = JSON.stringify(rows.map((x) => [x.id, prepared(x.title), prepared(x.heading), prepared(x.text), x.r]));
-  for (const [i, level] of LEVELS.entries()) {
-    await sql`insert into ${keywordTable(workspaceId, level)} (rowid, title, heading, text)
-      select json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'), json_extract(value, '$[3]')
-      from json_each(${json}) where json_extract(value, '$[4]') <= ${i}`.execute(db);
-  }
+  for (const [rank, level] of LEVELS.entries()) await index.execute(db, { json, rank }, keywordTableName(workspaceId, level));
 }
 
 /** Empties every workspace's index (before a full rebuild from the pages). */

@@ -2,6 +2,7 @@ import { notFound } from '../errors/index.js';
 import { canReadPage } from '../policy/pages.js';
 import type { Principal } from '../policy/principal.js';
 import type { Executor } from '../store/db.js';
+import { builtOnce } from '../store/built-once.js';
 import type { PagesTable } from '../store/schema.js';
 
 /**
@@ -21,15 +22,21 @@ export function isPageId(ref: string): boolean {
  * caller cannot tell those apart.
  */
 export async function findReadablePage(db: Executor, p: Principal, ref: string, opts: { includeDeleted?: boolean } = {}): Promise<PagesTable> {
-  let q = db.selectFrom('pages').selectAll().where('workspace_id', '=', p.workspaceId);
-  if (isPageId(ref)) {
-    q = q.where('id', '=', ref);
-    if (!opts.includeDeleted) q = q.where('deleted_at', 'is', null);
-  } else {
-    q = q.where('path', '=', ref.replace(/^\/+/, '')).where('deleted_at', 'is', null);
-  }
-  return readableOrNotFound(p, ref, await q.executeTakeFirst());
+  const ws = p.workspaceId;
+  const row = isPageId(ref)
+    ? await (opts.includeDeleted ? pageById : livePageById).first(db, { ws, id: ref })
+    : await livePageByPath.first(db, { ws, path: ref.replace(/^\/+/, '') });
+  return readableOrNotFound(p, ref, row);
 }
+
+// Every page act starts with one of these: built once (store/built-once.ts).
+const pageById = builtOnce((db, v: { ws: string; id: string }) => db.selectFrom('pages').selectAll().where('workspace_id', '=', v.ws).where('id', '=', v.id));
+const livePageById = builtOnce((db, v: { ws: string; id: string }) =>
+  db.selectFrom('pages').selectAll().where('workspace_id', '=', v.ws).where('id', '=', v.id).where('deleted_at', 'is', null),
+);
+const livePageByPath = builtOnce((db, v: { ws: string; path: string }) =>
+  db.selectFrom('pages').selectAll().where('workspace_id', '=', v.ws).where('path', '=', v.path).where('deleted_at', 'is', null),
+);
 
 /** The live page row found for `ref` (by findReadablePage or read with the caller's key), if the caller may read it; else 404. */
 export function readableOrNotFound(p: Principal, ref: string, row: PagesTable | undefined | null): PagesTable {
@@ -41,7 +48,5 @@ export function readableOrNotFound(p: Principal, ref: string, row: PagesTable | 
 
 /** The live page at an id or path in the workspace, whoever may read it (callers judge). */
 export async function loadLivePage(db: Executor, workspaceId: string, ref: { id?: string; path?: string }): Promise<PagesTable | undefined> {
-  let q = db.selectFrom('pages').selectAll().where('workspace_id', '=', workspaceId).where('deleted_at', 'is', null);
-  q = ref.id ? q.where('id', '=', ref.id) : q.where('path', '=', ref.path ?? '');
-  return q.executeTakeFirst();
+  return ref.id ? livePageById.first(db, { ws: workspaceId, id: ref.id }) : livePageByPath.first(db, { ws: workspaceId, path: ref.path ?? '' });
 }

@@ -3,6 +3,7 @@ import { commitsMade } from '../../metrics.js';
 import type { Principal } from '../../policy/principal.js';
 import type { Executor } from '../../store/db.js';
 import { ObjectStore } from '../../store/git/object-store.js';
+import { builtOnce } from '../../store/built-once.js';
 import { applyChanges, treesOnPaths } from '../../store/git/tree-paths.js';
 import { afterCommitIfAny } from '../../store/tx.js';
 
@@ -80,6 +81,14 @@ function rememberHeadTree(key: string, tree: string): void {
   headTrees.set(key, tree);
 }
 
+const insertCommit = builtOnce(
+  (db, v: { ws: string; sha: string; parent: string | null; principalId: string; message: string; at: string }) => sql<{ seq: number | string }>`
+    insert into commits (workspace_id, seq, sha, parent_sha, principal_id, message, created_at)
+    values (${v.ws}, coalesce((select seq from commits where workspace_id = ${v.ws} order by seq desc limit 1), 0) + 1,
+      ${v.sha}, ${v.parent}, ${v.principalId}, ${v.message}, ${v.at})
+    returning seq`,
+);
+
 /** Numbers a commit now on main: the next seq of the workspace's line (`commits`). */
 export async function recordCommit(
   trx: Executor,
@@ -87,11 +96,14 @@ export async function recordCommit(
   c: { sha: string; parent: string | null; principalId: string; message: string; at: Date },
 ): Promise<number> {
   // The next seq is read in the insert itself: one round trip (the workspace's writers are serialized).
-  const r = await sql<{ seq: number | string }>`
-    insert into commits (workspace_id, seq, sha, parent_sha, principal_id, message, created_at)
-    values (${workspaceId}, coalesce((select seq from commits where workspace_id = ${workspaceId} order by seq desc limit 1), 0) + 1,
-      ${c.sha}, ${c.parent}, ${c.principalId}, ${c.message}, ${c.at.toISOString()})
-    returning seq`.execute(trx);
+  const r = await insertCommit.execute(trx, {
+    ws: workspaceId,
+    sha: c.sha,
+    parent: c.parent,
+    principalId: c.principalId,
+    message: c.message,
+    at: c.at.toISOString(),
+  });
   const seq = Number(r.rows[0]!.seq);
   // Counted once durable: a transaction rolled back (a lost race, a failed push) made no commit.
   afterCommitIfAny(trx, () => commitsMade.inc());

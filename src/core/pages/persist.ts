@@ -3,6 +3,7 @@ import type { PageFacts } from '../../policy/pages.js';
 import type { Principal } from '../../policy/principal.js';
 import { indexPage } from '../../retrieval/indexer.js';
 import type { Insertable } from 'kysely';
+import { builtOnce } from '../../store/built-once.js';
 import type { DB, PagesTable, PageVersionsTable } from '../../store/schema.js';
 import { appendAudit, type AuditInput } from '../audit.js';
 import type { CoreContext } from '../context.js';
@@ -87,19 +88,12 @@ export async function recordPageChange(ctx: CoreContext, trx: Transaction<DB>, p
   if (content && !sameFolder) {
     await ensurePlace(trx, p.workspaceId, target.space, target.folderPath, now);
   }
-  if (existing) {
-    const { id: _id, ...rest } = row;
-    await trx.updateTable('pages').set(rest).where('id', '=', id).execute();
-  } else {
-    await trx.insertInto('pages').values(row).execute();
-  }
+  if (existing) await updatePageRow.execute(trx, row);
+  else await insertPageRow.execute(trx, row);
   // Keyword index, links and tags are current when the write is acknowledged (src/retrieval/).
   await indexPage(trx, row, { fresh: existing === null });
   if (existing) await supersedeOwnConflicts(trx, p, [id], commit.sha, now);
-  await trx
-    .insertInto('page_versions')
-    .values(versionRow(p, row, args))
-    .execute();
+  await insertVersionRow.execute(trx, versionRow(p, row, args));
   await appendAudit(trx, p.workspaceId, pageAudit(p, row, args), at);
   // Watchers of the page or of a folder above it are told, in this transaction (issue 13).
   await deliverWatchEvents(ctx, trx, p.workspaceId, { action, row, before: existing, actor: p, author: args.credit, at });
@@ -111,18 +105,29 @@ export async function recordPageChange(ctx: CoreContext, trx: Transaction<DB>, p
  * write: they were kept only because an earlier write of theirs clashed (issue 11).
  */
 export async function supersedeOwnConflicts(trx: Transaction<DB>, p: Principal, pageIds: readonly string[], commitSha: string, now: string): Promise<void> {
+  const reason = `superseded by the proposer's later write (commit ${commitSha})`;
   for (let i = 0; i < pageIds.length; i += 500) {
-    await trx
-      .updateTable('proposals')
-      .set({ status: 'superseded', decided_at: now, decision_reason: `superseded by the proposer's later write (commit ${commitSha})` })
-      .where('workspace_id', '=', p.workspaceId)
-      .where('page_id', 'in', pageIds.slice(i, i + 500))
-      .where('proposer_id', '=', p.id)
-      .where('origin', '=', 'conflict')
-      .where('status', '=', 'open')
-      .execute();
+    await supersede.execute(trx, { workspaceId: p.workspaceId, proposerId: p.id, pageIds: pageIds.slice(i, i + 500), now, reason });
   }
 }
+
+// The statements of every page write, built once (store/built-once.ts).
+const updatePageRow = builtOnce((db, row: PagesTable) => {
+  const { id, ...rest } = row;
+  return db.updateTable('pages').set(rest).where('id', '=', id);
+});
+const insertPageRow = builtOnce((db, row: PagesTable) => db.insertInto('pages').values(row));
+const insertVersionRow = builtOnce((db, row: Insertable<PageVersionsTable>) => db.insertInto('page_versions').values(row));
+const supersede = builtOnce((db, v: { workspaceId: string; proposerId: string; pageIds: readonly string[]; now: string; reason: string }) =>
+  db
+    .updateTable('proposals')
+    .set({ status: 'superseded', decided_at: v.now, decision_reason: v.reason })
+    .where('workspace_id', '=', v.workspaceId)
+    .where('page_id', 'in', v.pageIds)
+    .where('proposer_id', '=', v.proposerId)
+    .where('origin', '=', 'conflict')
+    .where('status', '=', 'open'),
+);
 
 /** What recordPageChange is told about a change whose commit exists. */
 export type RecordedChange = PageChange & {

@@ -3,6 +3,7 @@ import { sql } from 'kysely';
 import { badRequest, conflict } from '../../errors/index.js';
 import { isSqlite, type Executor } from '../db.js';
 import { afterCommitIfAny, lockedState, noteLocked } from '../tx.js';
+import { builtOnce } from '../built-once.js';
 import { treeCache } from './cache.js';
 import {
   assertSha,
@@ -106,12 +107,7 @@ export class ObjectStore {
     const rows = this.takePending();
     for (let i = 0; i < rows.length; i += FLUSH_ROWS) {
       const batch = rows.slice(i, i + FLUSH_ROWS);
-      const wrote = await this.db
-        .insertInto('git_objects')
-        .values(batch)
-        .onConflict((oc) => oc.columns(['workspace_id', 'sha']).doNothing())
-        .returning('sha')
-        .execute();
+      const wrote = await insertObjects.rows(this.db, batch);
       this.inserted(
         batch,
         wrote.map((r) => r.sha),
@@ -413,7 +409,7 @@ export class ObjectStore {
     // Under PostgreSQL's workspace lock main was read with the lock (store/tx.ts).
     const locked = name === MAIN_REF ? lockedState(this.db, this.workspaceId) : undefined;
     if (locked) return locked.head;
-    const row = await this.db.selectFrom('git_refs').select('sha').where('workspace_id', '=', this.workspaceId).where('name', '=', name).executeTakeFirst();
+    const row = await refSha.first(this.db, { ws: this.workspaceId, name });
     return row?.sha ?? null;
   }
 
@@ -456,14 +452,8 @@ export class ObjectStore {
       changed = r.numInsertedOrUpdatedRows ?? 0n;
     } else {
       await this.flush();
-      const r = await this.db
-        .updateTable('git_refs')
-        .set({ sha: newSha })
-        .where('workspace_id', '=', this.workspaceId)
-        .where('name', '=', name)
-        .where('sha', '=', expectedOldSha)
-        .executeTakeFirst();
-      changed = r.numUpdatedRows;
+      const r = await moveRef.execute(this.db, { ws: this.workspaceId, name, from: expectedOldSha, to: newSha });
+      changed = r.numAffectedRows ?? 0n;
     }
     if (changed === 0n) {
       const current =
@@ -477,3 +467,18 @@ export class ObjectStore {
     if (name === MAIN_REF) noteLocked(this.db, this.workspaceId, { head: newSha });
   }
 }
+
+// Statements of every commit, built once per shape (store/built-once.ts).
+const insertObjects = builtOnce((db, rows: ({ workspace_id: string; sha: string } & ObjectRow)[]) =>
+  db
+    .insertInto('git_objects')
+    .values(rows)
+    .onConflict((oc) => oc.columns(['workspace_id', 'sha']).doNothing())
+    .returning('sha'),
+);
+const refSha = builtOnce((db, v: { ws: string; name: string }) =>
+  db.selectFrom('git_refs').select('sha').where('workspace_id', '=', v.ws).where('name', '=', v.name),
+);
+const moveRef = builtOnce((db, v: { ws: string; name: string; from: string; to: string }) =>
+  db.updateTable('git_refs').set({ sha: v.to }).where('workspace_id', '=', v.ws).where('name', '=', v.name).where('sha', '=', v.from),
+);
