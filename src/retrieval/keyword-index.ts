@@ -73,9 +73,10 @@ export async function ensureKeywordIndex(db: Executor, workspaceId: string): Pro
   if (seen.has(workspaceId)) return;
   const names = LEVELS.flatMap((l) => [`kw_${l}_${suffix(workspaceId)}`, `kwv_${l}_${suffix(workspaceId)}`]);
   const have = await sql<{ n: number }>`select count(*) as n from sqlite_master where name in (${sql.join(names)})`.execute(db);
-  // Remembered once committed: tables created by a transaction that rolls back are gone with it.
-  afterCommitIfAny(db, () => seen.add(workspaceId));
-  if (Number(have.rows[0]?.n ?? 0) === names.length) return;
+  // Remembered once committed (tables created by a transaction that rolls back are gone with
+  // it), and only once they all exist (a failed create never gets this far).
+  const remember = () => afterCommitIfAny(db, () => seen.add(workspaceId));
+  if (Number(have.rows[0]?.n ?? 0) === names.length) return remember();
   for (const level of LEVELS) {
     const t = keywordTable(workspaceId, level);
     await sql`create virtual table if not exists ${t} using fts5(
@@ -85,6 +86,7 @@ export async function ensureKeywordIndex(db: Executor, workspaceId: string): Pro
     )`.execute(db);
     await sql`create virtual table if not exists ${vocabTable(workspaceId, level)} using fts5vocab(${t}, 'row')`.execute(db);
   }
+  remember();
 }
 
 /** Drops pages' sections from the index: call before their page_sections rows are deleted. */

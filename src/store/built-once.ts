@@ -21,6 +21,14 @@ import { isSqlite, type Executor } from './db.js';
 /** Stands for the value at this position of the values' walk while the statement is built. */
 class Slot {
   constructor(readonly index: number) {}
+  // A marker turned into a primitive (arithmetic, text, a comparison by value) or serialised
+  // (JSON.stringify) would be baked into the statement: refused on the first run of the shape.
+  [Symbol.toPrimitive](): never {
+    throw new Error('a value of a statement built once is not a parameter (the builder turned it into a primitive)');
+  }
+  toJSON(): never {
+    throw new Error('a value of a statement built once is not a parameter (the builder serialised it)');
+  }
 }
 
 interface Compiled {
@@ -40,7 +48,7 @@ export interface BuiltOnce<V, R> {
 /** What a builder returns: a query builder, or an `sql` template. */
 type Statement<R> = Compilable<R> | RawBuilder<R>;
 
-/** Shapes kept per statement and dialect; past that, a new shape is built every time (still correct). */
+/** Shapes kept per statement and dialect, the least recently used dropped first. */
 const MAX_SHAPES = 64;
 
 /** A statement built by `build` once per shape of its values, run with the values of each call. */
@@ -52,10 +60,14 @@ export function builtOnce<V extends object, R>(build: (db: Executor, values: V, 
     walk(values, w);
     const kept = shapes[isSqlite(db) ? 0 : 1];
     let c = kept.get(w.shape);
-    if (!c) {
+    if (c) {
+      // Least recently used out first: many workspaces (a key each) must not starve the hot shapes.
+      kept.delete(w.shape);
+    } else {
       c = compile(build(db, standIn(values, { next: 0 }) as V, key), db);
-      if (kept.size < MAX_SHAPES) kept.set(w.shape, c);
+      if (kept.size >= MAX_SHAPES) kept.delete(kept.keys().next().value!);
     }
+    kept.set(w.shape, c);
     const params = new Array<unknown>(c.slots.length);
     for (let k = 0; k < params.length; k++) {
       const at = c.slots[k]!;
@@ -126,7 +138,8 @@ function compile(q: Statement<unknown>, db: Executor): Compiled {
   });
   // A marker turned into text, or hidden inside a parameter, would run with the wrong value.
   const leaked = (x: unknown): boolean =>
-    (typeof x === 'string' && x.includes('[object Object]')) || (Array.isArray(x) && x.some((y) => y instanceof Slot || leaked(y)));
+    (typeof x === 'string' && x.includes('[object Object]')) ||
+    (typeof x === 'object' && x !== null && !(x instanceof Uint8Array) && Object.values(x).some((y) => y instanceof Slot || leaked(y)));
   if (sql.includes('[object Object]') || constants.some(leaked)) throw new Error(`a value of a statement built once is not a parameter: ${sql}`);
   return { sql, slots, constants };
 }
