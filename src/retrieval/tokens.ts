@@ -46,6 +46,7 @@ export function ranksFromTiktoken(file: string): (string | number[])[] {
 
 /** The parts of gpt-tokenizer's encoder that merging a piece uses (not in its typings). */
 interface BytePairCore {
+  bytePairEncode(piece: string): number[];
   bytePairMerge(piece: Uint8Array): number[];
   getBpeRankFromBytes(bytes: Uint8Array): number | undefined;
   getBpeRankFromBytesOrThrow(bytes: Uint8Array): number;
@@ -64,6 +65,29 @@ export function minTokens(text: string): number {
 const CACHED_PIECE_CHARS = 256;
 
 /**
+ * The merges of the last few long pieces, kept apart (at most LONG_PIECES of them, LONG_PIECE_CHARS
+ * characters in all). A bundle counts the same long piece several times: the section, the cut
+ * (truncateToTokens), the section as cut, the whole markdown, the next request's same page. A page
+ * of one 1 MiB line cost ~1.6 s a count, and a bundle of it ~5 counts in one stretch of the event
+ * loop; kept, each piece is merged once.
+ */
+const LONG_PIECES = 8;
+const LONG_PIECE_CHARS = 4 * 1024 * 1024;
+const longPieces = new Map<string, number[]>();
+let longPieceChars = 0;
+
+function keepLongPiece(piece: string, tokens: number[]): void {
+  if (piece.length > LONG_PIECE_CHARS) return;
+  longPieces.set(piece, tokens);
+  longPieceChars += piece.length;
+  for (const [k] of longPieces) {
+    if (longPieces.size <= LONG_PIECES && longPieceChars <= LONG_PIECE_CHARS) break;
+    longPieces.delete(k);
+    longPieceChars -= k.length;
+  }
+}
+
+/**
  * Replaces the encoder's quadratic merge with bpe-merge.ts's (same tokens, O(n log n)). The
  * library's internals are checked here, so an upgrade that moves them fails at the first token
  * count (and in test/retrieval/tokens.test.ts), never silently falls back to the slow merge.
@@ -72,6 +96,7 @@ function withFastMerge(encoding: GptEncoding): GptEncoding {
   const core = (encoding as unknown as { bytePairEncodingCoreProcessor?: Partial<BytePairCore> }).bytePairEncodingCoreProcessor;
   if (
     !core ||
+    typeof core.bytePairEncode !== 'function' ||
     typeof core.bytePairMerge !== 'function' ||
     typeof core.getBpeRankFromBytes !== 'function' ||
     typeof core.getBpeRankFromBytesOrThrow !== 'function' ||
@@ -82,6 +107,20 @@ function withFastMerge(encoding: GptEncoding): GptEncoding {
   const cache = core.addToMergeCache.bind(core);
   core.addToMergeCache = (key: string, value: number[]) => {
     if (key.length <= CACHED_PIECE_CHARS) cache(key, value);
+  };
+  const encodePiece = core.bytePairEncode.bind(core);
+  core.bytePairEncode = (piece: string) => {
+    if (piece.length <= CACHED_PIECE_CHARS) return encodePiece(piece);
+    const kept = longPieces.get(piece);
+    if (kept) {
+      // Most recently used last: the first in the map goes first.
+      longPieces.delete(piece);
+      longPieces.set(piece, kept);
+      return kept;
+    }
+    const tokens = encodePiece(piece);
+    keepLongPiece(piece, tokens);
+    return tokens;
   };
   const rankOf = core.getBpeRankFromBytes.bind(core);
   const tokenOf = core.getBpeRankFromBytesOrThrow.bind(core);

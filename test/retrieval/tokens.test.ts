@@ -147,6 +147,42 @@ describe('token counting', () => {
     expect([...cache!.keys()].filter((k) => k.length > 256)).toEqual([]);
   });
 
+  it('merges a long piece once while it is among the last few (a bundle counts one page several times), told apart from others of its length', () => {
+    const core = (o200k() as unknown as { bytePairEncodingCoreProcessor: { bytePairMerge: (piece: Uint8Array) => number[] } }).bytePairEncodingCoreProcessor;
+    const merge = core.bytePairMerge;
+    const merged: number[] = [];
+    core.bytePairMerge = (piece: Uint8Array) => {
+      merged.push(piece.length);
+      return merge(piece);
+    };
+    try {
+      const run = (ch: string, n: number) => Array.from({ length: n }, (_, i) => '灯台の保守管理夜間点検毎週行う'[(i * 7) % 15]).join('') + ch;
+      const a = run('あ', 3000);
+      const b = run('い', 3000);
+      const na = tokenCount(a);
+      expect(merged).toHaveLength(1);
+      // The same text again, and inside a larger text: no merge, the same count.
+      expect(tokenCount(a)).toBe(na);
+      expect(tokenCount(`# T\n\n${a}\n`)).toBe(na + tokenCount('# T\n\n') + 1);
+      expect(merged).toHaveLength(1);
+      // Same length, one character apart: merged on its own, counted as the library counts.
+      expect(b.length).toBe(a.length);
+      expect(tokenCount(b)).toBe(countTokens(b, asText));
+      expect(merged).toHaveLength(2);
+      // A cut of the piece is another piece.
+      const cut = truncateToTokens(a, 500);
+      expect(tokenCount(cut)).toBeLessThanOrEqual(500);
+      // Eight others later the first is merged again (at most eight are kept), with the same tokens.
+      for (let i = 0; i < 8; i++) tokenCount(run(String.fromCharCode(0x3041 + i), 1000 + i));
+      merged.length = 0;
+      expect(tokenCount(a)).toBe(na);
+      expect(merged).toEqual([Buffer.byteLength(a)]);
+      expect(na).toBe(countTokens(a, asText));
+    } finally {
+      core.bytePairMerge = merge;
+    }
+  });
+
   it('cuts long text with few counts: the prefix within budget, and the longest one', () => {
     for (const [text, max] of [
       ['a'.repeat(500_000), 30_000],
