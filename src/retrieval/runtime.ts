@@ -8,6 +8,7 @@ import { BuiltinEmbeddings } from './embeddings/builtin.js';
 import { OpenAIEmbeddings } from './embeddings/openai.js';
 import { modelKey, type EmbeddingProvider } from './embeddings/provider.js';
 import { ReindexJob } from './reindex-job.js';
+import { readVectorsInWorker } from './vectors/load-worker.js';
 import { VectorMatrix } from './vectors/matrix.js';
 
 interface Loaded {
@@ -47,6 +48,11 @@ export interface EmbeddingsStatus {
 const QUERY_CACHE = 256;
 /** Section vectors read per query when a workspace's matrix loads. */
 const LOAD_PAGE_ROWS = 2_000;
+
+/** A matrix row of a section_vectors row (its vector read in the driver's buffer: see bytesAsVec). */
+function vectorRow(r: { page_id: string; ord: number; last_ord: number; text_hash: string; vec: Uint8Array }) {
+  return { pageId: r.page_id, ord: r.ord, last: r.last_ord, tag: hashTag(r.text_hash), vec: bytesAsVec(r.vec) };
+}
 
 /**
  * The vector side of retrieval on one node: the embedding provider, the worker that keeps
@@ -184,7 +190,22 @@ export class RetrievalRuntime {
     const room = Number(count.n) * 1.02 + 1024;
     // Paged by page id so a 100,000-page workspace never sits in one result set. Pages are small:
     // the rows' f32 vectors are garbage once quantized, and the allocator keeps what a large
-    // page of them took (20,000 rows: 40 MB of blobs, RSS +400 MB at 240,000 sections).
+    // page of them took (20,000 rows: 40 MB of blobs, RSS +400 MB at 240,000 sections). On
+    // SQLite a worker thread reads them (vectors/load-worker.ts: what the reading churns is
+    // given back when it exits).
+    if (this.store.sqliteFile !== null) {
+      for await (const page of readVectorsInWorker(this.store.sqliteFile, workspaceId, this.key, LOAD_PAGE_ROWS)) {
+        const rows = page.pageIds.map((pageId, i) => ({
+          pageId,
+          ord: page.ords[i]!,
+          last: page.lastOrds[i]!,
+          tag: hashTag(page.textHashes[i]!),
+          vec: page.vecs.subarray(page.offsets[i]! >> 2, page.offsets[i + 1]! >> 2),
+        }));
+        this.apply(state, rows, room);
+      }
+      return state;
+    }
     let after = '';
     for (;;) {
       const rows = await db
@@ -198,26 +219,37 @@ export class RetrievalRuntime {
         .limit(LOAD_PAGE_ROWS)
         .execute();
       if (rows.length === 0) break;
-      // Never split a page across two pages of results: drop the last page and read it again.
+      // Never split a page across two pages of results: drop the last page and read it again
+      // (a page with more rows than a query reads: read whole by itself).
       const lastPage = rows[rows.length - 1]!.page_id;
       const complete = rows.length < LOAD_PAGE_ROWS ? rows : rows.filter((r) => r.page_id !== lastPage);
-      const usable = complete.length > 0 ? complete : rows;
-      this.apply(state, usable, room);
+      const usable = complete.length > 0 ? complete : await this.vectorsOfPage(workspaceId, lastPage);
+      this.apply(state, usable.map(vectorRow), room);
       after = usable[usable.length - 1]!.page_id;
       if (rows.length < LOAD_PAGE_ROWS) break;
     }
     return state;
   }
 
-  private apply(state: Loaded, rows: { page_id: string; ord: number; last_ord: number; text_hash: string; vec: Uint8Array }[], room?: number): void {
+  private vectorsOfPage(workspaceId: string, pageId: string) {
+    return this.store.db
+      .selectFrom('section_vectors')
+      .select(['page_id', 'ord', 'last_ord', 'text_hash', 'vec'])
+      .where('workspace_id', '=', workspaceId)
+      .where('model', '=', this.key)
+      .where('page_id', '=', pageId)
+      .orderBy('ord')
+      .execute();
+  }
+
+  private apply(state: Loaded, rows: { pageId: string; ord: number; last: number; tag: number; vec: Float32Array }[], room?: number): void {
     const byPage = new Map<string, { ord: number; last: number; vec: Float32Array; tag: number }[]>();
     for (const r of rows) {
-      const vec = bytesAsVec(r.vec);
-      state.matrix ??= new VectorMatrix(vec.length, room);
-      if (vec.length !== state.matrix.dims) continue;
-      const list = byPage.get(r.page_id) ?? [];
-      list.push({ ord: r.ord, last: r.last_ord, vec, tag: hashTag(r.text_hash) });
-      byPage.set(r.page_id, list);
+      state.matrix ??= new VectorMatrix(r.vec.length, room);
+      if (r.vec.length !== state.matrix.dims) continue;
+      const list = byPage.get(r.pageId) ?? [];
+      list.push(r);
+      byPage.set(r.pageId, list);
     }
     for (const [page, vecs] of byPage) state.matrix!.setPage(page, vecs);
   }
@@ -334,7 +366,7 @@ export class RetrievalRuntime {
         .orderBy('ord')
         .execute();
       for (const p of batch) state.matrix?.removePage(p);
-      this.apply(state, vecs);
+      this.apply(state, vecs.map(vectorRow));
     }
   }
 }

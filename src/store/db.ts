@@ -14,6 +14,8 @@ export type Dialect = 'sqlite' | 'postgres';
 export interface Store {
   db: Kysely<DB>;
   dialect: Dialect;
+  /** SQLite: the database file, for a worker thread that reads on a connection of its own (null on PostgreSQL). */
+  sqliteFile: string | null;
   /**
    * Resolves once every write committed so far is on disk. SQLite: group commit (wal-sync.ts);
    * PostgreSQL: already so when its COMMIT returned.
@@ -93,6 +95,7 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
     return {
       db,
       dialect: 'postgres',
+      sqliteFile: null,
       durable: () => Promise.resolve(),
       syncPending: () => false,
       assertWritable: () => {},
@@ -145,6 +148,7 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
   return {
     db,
     dialect: 'sqlite',
+    sqliteFile: filePath,
     durable: () => syncer?.durable() ?? Promise.resolve(),
     syncPending: () => syncer?.pending ?? false,
     assertWritable: () => {

@@ -73,4 +73,51 @@ describe.each(testEngines())('the vector matrix loads in pages of rows (%s)', (e
       await tdb.cleanup();
     }
   }, 240_000);
+
+  it('a page with more rows than one read of the load (2,100 against 2,000) loads whole after a restart', async () => {
+    const tdb = await createTestDatabase(engine);
+    const ROWS = 2100;
+    const content =
+      `# Long load\n\n` +
+      Array.from({ length: ROWS }, (_, j) => {
+        const text = `${word(99, j)} ${word(99, j)} esker ${j % 5}`;
+        return `## s${j}\n\n${j % 2 === 1 ? `::: internal\n${text}\n:::` : text}\n`;
+      }).join('\n');
+    const probes = [1, 1999, 2000, 2050, ROWS - 1];
+    const ask = async (c: Client) => {
+      const out: { heading: string; score: number }[] = [];
+      for (const j of probes) {
+        const r = await c.get(`/api/v1/search?mode=vector&limit=1&q=${encodeURIComponent(word(99, j))}`);
+        expectStatus(r, 200);
+        const top = (r.body.results as { section: string; score: number }[])[0]!;
+        out.push({ heading: top.section, score: top.score });
+      }
+      return out;
+    };
+    let before: { heading: string; score: number }[];
+    let cookies: Client['cookies'];
+    const first = await startServerOn(tdb);
+    try {
+      const h = await signupHuman(first.url, 'LongLoader');
+      cookies = h.client.cookies;
+      expectStatus(await h.client.post('/api/v1/nodes', { path: 'load/long.md', content }), 201);
+      await waitForVectors(h.client, 120_000);
+      const n = await sql<{ n: number }>`select count(*) as n from section_vectors`.execute(first.ctx.store.db);
+      expect(Number(n.rows[0]?.n)).toBe(ROWS);
+      before = await ask(h.client);
+      // Each probe finds its own section, with the score of its own row.
+      expect(before.map((b) => b.heading)).toEqual(probes.map((j) => `s${j}`));
+    } finally {
+      await first.close();
+    }
+    const second = await startServerOn(tdb);
+    try {
+      const c = new Client(second.url);
+      c.cookies = cookies;
+      expect(await ask(c)).toEqual(before);
+    } finally {
+      await second.close();
+      await tdb.cleanup();
+    }
+  }, 240_000);
 });
