@@ -208,22 +208,13 @@ export class RetrievalRuntime {
     }
     let after = '';
     for (;;) {
-      const rows = await db
-        .selectFrom('section_vectors')
-        .select(['page_id', 'ord', 'last_ord', 'text_hash', 'vec'])
-        .where('workspace_id', '=', workspaceId)
-        .where('model', '=', this.key)
-        .where('page_id', '>', after)
-        .orderBy('page_id')
-        .orderBy('ord')
-        .limit(LOAD_PAGE_ROWS)
-        .execute();
+      const rows = await this.vectorRows(workspaceId, { after });
       if (rows.length === 0) break;
       // Never split a page across two pages of results: drop the last page and read it again
       // (a page with more rows than a query reads: read whole by itself).
       const lastPage = rows[rows.length - 1]!.page_id;
       const complete = rows.length < LOAD_PAGE_ROWS ? rows : rows.filter((r) => r.page_id !== lastPage);
-      const usable = complete.length > 0 ? complete : await this.vectorsOfPage(workspaceId, lastPage);
+      const usable = complete.length > 0 ? complete : await this.vectorRows(workspaceId, { page: lastPage });
       this.apply(state, usable.map(vectorRow), room);
       after = usable[usable.length - 1]!.page_id;
       if (rows.length < LOAD_PAGE_ROWS) break;
@@ -231,15 +222,16 @@ export class RetrievalRuntime {
     return state;
   }
 
-  private vectorsOfPage(workspaceId: string, pageId: string) {
-    return this.store.db
+  /** The workspace's vectors of this model: a page of rows after a page id, or one page's rows. */
+  private vectorRows(workspaceId: string, which: { after: string } | { page: string }) {
+    const q = this.store.db
       .selectFrom('section_vectors')
       .select(['page_id', 'ord', 'last_ord', 'text_hash', 'vec'])
       .where('workspace_id', '=', workspaceId)
-      .where('model', '=', this.key)
-      .where('page_id', '=', pageId)
-      .orderBy('ord')
-      .execute();
+      .where('model', '=', this.key);
+    return 'page' in which
+      ? q.where('page_id', '=', which.page).orderBy('ord').execute()
+      : q.where('page_id', '>', which.after).orderBy('page_id').orderBy('ord').limit(LOAD_PAGE_ROWS).execute();
   }
 
   private apply(state: Loaded, rows: { pageId: string; ord: number; last: number; tag: number; vec: Float32Array }[], room?: number): void {
