@@ -4,7 +4,9 @@ import type { CoreContext } from '../core/context.js';
 import { forbidden, notFound, unauthorized } from '../core/errors.js';
 import { toGrant, toLevel } from '../core/principal-loader.js';
 import { findWorkspace } from '../core/workspaces.js';
+import { AGENT_CAP } from '../policy/access.js';
 import type { Grant, Principal, Role } from '../policy/principal.js';
+import { LEVELS } from '../policy/sensitivity.js';
 import { pinSnapshot, readCache, readSnapshot } from '../store/read-cache.js';
 import type { PagesTable } from '../store/schema.js';
 import { resolveAccessToken } from './oauth/tokens.js';
@@ -183,26 +185,47 @@ function keyEntry(key: AgentKeyRow): KeyEntry {
   };
 }
 
+/** Levels as PostgreSQL ranks them below: 1 (public) to 4 (secret). */
+const LEVEL_ARRAY = sql.raw(`array[${LEVELS.map((l) => `'${l}'`).join(', ')}]::text[]`);
+
 /**
  * PostgreSQL: the database's snapshot (read-cache.ts) and the live page `id` as of that same
- * snapshot (one statement reads at one), read only when a key of that hash exists in the page's
- * workspace: read for anyone, a page of another workspace took as long to answer "not found" as
- * its size, telling that it exists (attack of session o). The key is checked in full after.
+ * snapshot (one statement reads at one). The page is read only for a key that could read it,
+ * as far as the key's row tells: a live key (not revoked, unexpired, its agent neither deleted
+ * nor suspended, its workspace not locked down since) of the page's workspace, whose ceiling
+ * bound reaches the page's level. Read for anyone, a page took as long to answer "not found" as
+ * its size, telling that it exists (attack of session o: another workspace's; of session q: a
+ * revoked or expired key's old workspace's, and a page above the caller's ceiling). The key is
+ * checked in full after; a page left out here is one the key cannot read (`null`: not found).
  *
- * The key's workspace is a value the page's scan filters on, never a join: a join lets the
+ * The bound is policy/access.ts ceilingFor's for reading, without the grants (they only lower
+ * it): elevated, the key's ceiling; else the lowest of the agent's, the key's and AGENT_CAP. It
+ * must never be lower than what ceilingFor gives, or a readable page would answer 404
+ * (test/http/attack-session-q.test.ts reads secret pages elevated).
+ *
+ * The key's workspace and bound are values the page's scan filters on, never a join: a join lets the
  * planner scan pages by id first and build the whole row (`row_to_json(p)`, which reads every
  * TOASTed column) before the join's filter drops another workspace's page — a 1 MB page then
  * cost ~2 ms more than a missing id (session q).
  */
-export function stateWithPageStatement(id: string, hash: string): RawBuilder<{ state: string; page: string | null }> {
+export function stateWithPageStatement(id: string, hash: string, now: string): RawBuilder<{ state: string; page: string | null }> {
+  const rank = (level: RawBuilder<unknown>) => sql`array_position(${LEVEL_ARRAY}, ${level})`;
+  const bound = sql`case when exists (select 1 from elevations e where e.agent_id = pr.id and e.revoked_at is null and e.expires_at > ${now})
+      then ${rank(sql`coalesce(k.ceiling, 'secret')`)}
+      else least(${rank(sql`coalesce(k.ceiling, 'secret')`)}, ${rank(sql`coalesce(pr.ceiling, 'secret')`)}, ${rank(sql.lit(AGENT_CAP))}) end`;
+  // The live key's row, as each of the two values below reads it (each an InitPlan, run once).
+  const liveKey = sql`from agent_keys k join principals pr on pr.id = k.principal_id join workspaces w on w.id = k.workspace_id
+      where k.token_hash = ${hash} and k.revoked_at is null and (k.expires_at is null or k.expires_at > ${now})
+        and pr.deleted_at is null and pr.suspended_at is null and k.epoch = w.token_epoch`;
   return sql<{ state: string; page: string | null }>`select pg_current_snapshot()::text as state,
     (select row_to_json(p)::text from pages p
-      where p.workspace_id = (select k.workspace_id from agent_keys k where k.token_hash = ${hash})
-        and p.id = ${id} and p.deleted_at is null) as page`;
+      where p.workspace_id = (select k.workspace_id ${liveKey})
+        and p.id = ${id} and p.deleted_at is null
+        and ${rank(sql`p.sensitivity`)} <= (select ${bound} ${liveKey})) as page`;
 }
 
-async function stateWithPage(ctx: CoreContext, id: string, hash: string): Promise<{ state: string; page: string | null }> {
-  const r = await stateWithPageStatement(id, hash).execute(ctx.store.db);
+async function stateWithPage(ctx: CoreContext, id: string, hash: string, now: string): Promise<{ state: string; page: string | null }> {
+  const r = await stateWithPageStatement(id, hash, now).execute(ctx.store.db);
   return r.rows[0]!;
 }
 
@@ -219,7 +242,8 @@ async function fromAgentKey(ctx: CoreContext, secret: string, c: Credentials): P
   // On PostgreSQL the state is asked for with the page the request names (if any) in one round
   // trip, the page as of that state: a kept key then costs nothing more (SQLite reads
   // in-process, and reading the page ahead saves nothing there).
-  const ahead = ctx.store.dialect === 'postgres' && c.prefetchPage !== undefined ? await stateWithPage(ctx, c.prefetchPage, hash) : undefined;
+  const ahead =
+    ctx.store.dialect === 'postgres' && c.prefetchPage !== undefined ? await stateWithPage(ctx, c.prefetchPage, hash, new Date(now).toISOString()) : undefined;
   const snapshot = ahead ? ahead.state : await readSnapshot(ctx.store);
   const entry = await readCache<KeyEntry | undefined>(ctx.store, 'agent-keys', { entries: KEYS_CACHED }).through(hash, load, snapshot);
   // One message for every dead key: the caller learns nothing about which check failed.

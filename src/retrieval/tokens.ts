@@ -76,9 +76,18 @@ const LONG_PIECE_CHARS = 4 * 1024 * 1024;
 const longPieces = new Map<string, number[]>();
 let longPieceChars = 0;
 
+/**
+ * A copy of `s` that holds only its own characters: a pre-tokenizer match is a V8 sliced string
+ * that keeps the whole text it was cut from alive (eight kept 300-character pieces of 2 MiB
+ * texts held 16 MiB; attack of session q).
+ */
+function ownCopy(s: string): string {
+  return ` ${s}`.slice(1);
+}
+
 function keepLongPiece(piece: string, tokens: number[]): void {
   if (piece.length > LONG_PIECE_CHARS) return;
-  longPieces.set(piece, tokens);
+  longPieces.set(ownCopy(piece), tokens);
   longPieceChars += piece.length;
   for (const [k] of longPieces) {
     if (longPieces.size <= LONG_PIECES && longPieceChars <= LONG_PIECE_CHARS) break;
@@ -106,7 +115,7 @@ function withFastMerge(encoding: GptEncoding): GptEncoding {
   }
   const cache = core.addToMergeCache.bind(core);
   core.addToMergeCache = (key: string, value: number[]) => {
-    if (key.length <= CACHED_PIECE_CHARS) cache(key, value);
+    if (key.length <= CACHED_PIECE_CHARS) cache(ownCopy(key), value);
   };
   const encodePiece = core.bytePairEncode.bind(core);
   core.bytePairEncode = (piece: string) => {
@@ -171,6 +180,25 @@ function utf8Prefix(text: string, bytes: number): string {
 }
 
 /**
+ * The UTF-8 bytes of the first `max` tokens of `text`, or null when it has no more than `max`.
+ * Piece by piece, up to the first token past max: the library's encode() spreads each piece's
+ * tokens into one array, which overflows the stack for a piece of more than ~120,000 tokens (a
+ * 600 KB line of letters failed every bundle that reached it; attack of session q).
+ */
+function bytesOfFirst(enc: GptEncoding, text: string, max: number): number | null {
+  let seen = 0;
+  let bytes = 0;
+  for (const piece of enc.encodeGenerator(text, asText)) {
+    for (const t of piece) {
+      if (seen === max) return bytes;
+      bytes += tokenBytes[t]!;
+      seen++;
+    }
+  }
+  return null;
+}
+
+/**
  * The longest prefix of `text` within `max` tokens, cut back to a line end when one is near.
  * Counting is bounded: no prefix longer than (max + 1) × MAX_TOKEN_BYTES bytes can fit, so the
  * text is cut there first; the rest is encoded once, cut after its max-th token (at a character
@@ -184,10 +212,8 @@ export function truncateToTokens(text: string, max: number): string {
   const enc = o200k();
   let cut = utf8Prefix(text, (max + 1) * MAX_TOKEN_BYTES);
   for (let round = 0; ; round++) {
-    const tokens = enc.encode(cut, asText);
-    if (tokens.length <= max) break;
-    let bytes = 0;
-    for (let i = 0; i < max; i++) bytes += tokenBytes[tokens[i]!]!;
+    const bytes = bytesOfFirst(enc, cut, max);
+    if (bytes === null) break;
     const next = utf8Prefix(cut, bytes);
     // Each round shortens the cut; should a few rounds not settle it, a character at a time.
     cut = next.length < cut.length && round < 8 ? next : Array.from(cut).slice(0, -1).join('');

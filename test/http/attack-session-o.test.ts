@@ -751,7 +751,7 @@ describe.runIf(HAS_PG)('attack o: snapshots, long transactions and the page read
     const own = await owner.post('/api/v1/nodes', { path: `big/${uniq('o')}.md`, content: `# Own\n\n${big}\n` });
     expectOk(own, 201);
     const blocks = async (id: string, key: string, settings: string[]) => {
-      const c = stateWithPageStatement(id, hashSecret(key)).compile(a.ctx.store.db);
+      const c = stateWithPageStatement(id, hashSecret(key), new Date().toISOString()).compile(a.ctx.store.db);
       await raw.query('begin');
       try {
         for (const s of settings) await raw.query(`set local ${s}`);
