@@ -38,7 +38,7 @@ export async function findReadablePage(db: Executor, p: Principal, ref: string, 
 }
 
 /** Matches no page's level (a caller without any read grant). */
-const NO_LEVEL = '\u0000none';
+const NO_LEVEL = 'none';
 
 /** Every column of a page, its text only at the levels given (else ''). */
 function pageColumns(eb: ExpressionBuilder<DB, 'pages'>, levels: readonly string[]) {
