@@ -179,7 +179,13 @@ async function matchesMoreThan(ctx: RetrievalContext, fts: RawBuilder<unknown>, 
   return Number(r.rows[0]?.n ?? 0) > n;
 }
 
-/** Keyword-matching sections, best first, that the caller may see (at most `limit`). */
+/** A bounded plan that finds fewer sections than this (a narrow scope) is run again over every match (lists.ts). */
+export const BOUNDED_MIN = 20;
+
+/**
+ * Keyword-matching sections, best first, that the caller may see (at most `limit`). `complete`:
+ * a newest-N plan found fewer matches than its cut, so it ranked every one (SQLite).
+ */
 export async function keywordCandidates(
   ctx: RetrievalContext,
   p: Principal,
@@ -188,13 +194,14 @@ export async function keywordCandidates(
   limit: number,
   /** The words' section counts (termDocCounts): PostgreSQL weighs each word by its rarity. */
   docs?: DocCounts,
-): Promise<Candidate[]> {
+): Promise<Candidate[] & { complete?: boolean }> {
   const { terms, op } = plan;
   const allowed = allowedLevels(p, scope.action);
   if (allowed === null || terms.length === 0) return [];
   const db = ctx.store.db;
   const w = where(p, scope, allowed);
   let rows: Candidate[];
+  let complete = false;
   if (ctx.store.dialect === 'postgres') {
     rows = await pgKeywordRows(ctx, p, scope, plan, limit, w, docs);
   } else {
@@ -211,7 +218,10 @@ export async function keywordCandidates(
     const reachable = sectionsSayAll(p, scope)
       ? scope.includeArchived
         ? sql``
-        : sql`and exists (select 1 from page_sections s where s.id = ${fts}.rowid and s.archived = 0)`
+        : // Against the small index of archived sections (migration 027), named because the
+          // planner otherwise reads the section's row by its key: a whole row, text included,
+          // per match (half of a common word's query at 100,000 pages).
+          sql`and not exists (select 1 from page_sections s indexed by page_sections_archived where s.id = ${fts}.rowid and s.archived = 1)`
       : sql`and exists (select 1 from page_sections s cross join pages p where s.id = ${fts}.rowid and p.id = s.page_id and ${w})`;
     // First the best matches from the index alone (prefilter), then the joins and filters on
     // those: a common word matches tens of thousands of sections, and joining them all before
@@ -243,12 +253,17 @@ export async function keywordCandidates(
           ? sql`select rid, b from (select rowid as rid, ${bm25(fts)} as b from ${fts} where ${fts} match ${match} ${reachable} order by rowid desc limit ${plan.newest}) order by b, rid desc limit ${prefilter(limit, true)}`
           : sql`${scoredAll} limit ${prefilter(limit, true)}`,
     );
+    // A newest-N cut that left few: when the words match no more sections than the cut took,
+    // every match was ranked and a run over all of them (lists.ts) would find no other. Counting
+    // up to the cut costs a walk of the matches; ranking them all again cost twice that.
+    if (plan.scored && plan.newest !== null && rows.length < Math.min(limit, BOUNDED_MIN)) complete = !(await matchesMoreThan(ctx, fts, match, plan.newest));
     if (rows.length < limit && plan.scored && plan.newest === null && (await matchesMoreThan(ctx, fts, match, prefilter(limit, true)))) {
       // The filters left too few of the best matches, and there are more: rank every match that passes them.
       rows = await best(scoredAll);
     }
   }
-  return rows.filter((c) => visible(p, scope.action, c)).map((c) => ({ ...c, score: Number(c.score) }));
+  const out = rows.filter((c) => visible(p, scope.action, c)).map((c) => ({ ...c, score: Number(c.score) }));
+  return complete ? Object.assign(out, { complete }) : out;
 }
 
 /**

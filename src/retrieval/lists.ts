@@ -1,6 +1,7 @@
 import type { Principal } from '../policy/principal.js';
 import type { CommitRef } from '../store/commits.js';
 import {
+  BOUNDED_MIN,
   keywordCandidates,
   reachSql,
   sectionsOfPages,
@@ -93,7 +94,7 @@ export async function keywordList(ctx: RetrievalContext, p: Principal, scope: Sc
   const run = async (op: 'AND' | 'OR', words: string[]) => {
     const plan = planFor(op, words);
     const list = await keywordCandidates(ctx, p, scope, plan, limit, docs);
-    if ((plan.scored && plan.newest === null) || list.length >= Math.min(limit, BOUNDED_MIN)) return list;
+    if ((plan.scored && plan.newest === null) || list.complete || list.length >= Math.min(limit, BOUNDED_MIN)) return list;
     return keywordCandidates(ctx, p, scope, { ...plan, scored: true, newest: null }, limit, docs);
   };
   if (terms.length <= 1) return run('AND', terms);
@@ -121,9 +122,6 @@ export async function keywordList(ctx: RetrievalContext, p: Principal, scope: Sc
   }
   return Object.assign(byCoverage(list, terms).slice(0, limit), { weak, anyWord: true });
 }
-
-/** A bounded plan that finds fewer sections than this (a narrow scope) is run again over every match. */
-const BOUNDED_MIN = 20;
 
 /** `anyWord`: the list ranks sections holding any of the words (a query of several). */
 export type KeywordList = Candidate[] & { weak?: boolean; anyWord?: boolean };

@@ -26,6 +26,7 @@ import * as m023 from './migrations/023_pg_wide_rows.js';
 import * as m024 from './migrations/024_versions_by_commit.js';
 import * as m025 from './migrations/025_section_tokens.js';
 import * as m026 from './migrations/026_pg_every_word.js';
+import * as m027 from './migrations/027_archived_sections.js';
 
 interface Migration {
   name: string;
@@ -60,6 +61,7 @@ const MIGRATIONS: Migration[] = [
   { name: '024_versions_by_commit', up: m024.up },
   { name: '025_section_tokens', up: m025.up },
   { name: '026_pg_every_word', up: m026.up },
+  { name: '027_archived_sections', up: m027.up },
 ];
 
 /**

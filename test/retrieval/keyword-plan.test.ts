@@ -335,6 +335,25 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
     expect(pathsOf(two)).toEqual(sqlite ? ['nw/n5.md', 'nw/n4.md'] : ['nw/n4.md', 'nw/n5.md']);
   });
 
+  it('a newest-N plan says when its cut took every match (SQLite), so keywordList does not rank them all again', async () => {
+    for (const n of [1, 2, 3]) await write({ path: `cp/c${n}.md`, title: `Crumplet ${n}`, body: `A crumplet note (${n}).\n` });
+    // Three matches, a cut of five: every match was ranked.
+    const all = await run(agent, scope(), newest(['crumplet'], 5));
+    expect(all).toHaveLength(3);
+    expect(all.complete).toBe(sqlite ? true : undefined);
+    // A cut of two of the three: more matches than it ranked, so a run over all of them may find others.
+    const cut = await run(agent, scope(), newest(['crumplet'], 2));
+    expect(cut).toHaveLength(2);
+    expect(cut.complete).toBeUndefined();
+    // Archived sections count as matches the cut may have taken: never "complete" past them.
+    for (const n of [4, 5, 6]) await write({ path: `cp/a${n}.md`, title: `Crumplet ${n}`, body: `An old crumplet (${n}).\n`, archived: true });
+    const past = await run(agent, scope(), newest(['crumplet'], 5));
+    expect(pathsOf(past).sort()).toEqual(['cp/c1.md', 'cp/c2.md', 'cp/c3.md']);
+    expect(past.complete).toBeUndefined();
+    // keywordList answers the same either way.
+    expect(pathsOf(await keywordList(s.ctx, agent, scope(), ['crumplet'], 10)).sort()).toEqual(['cp/c1.md', 'cp/c2.md', 'cp/c3.md']);
+  });
+
   it('a newest-N plan whose newest matches are all out of scope still finds the N newest in scope', async () => {
     // 1,200 newer sections in Space `wid2` hold the word; the scope asks for Space `wid`, whose
     // 30 older sections are past the newest matches (PostgreSQL's first window of ids holds
