@@ -103,6 +103,8 @@ export class RetrievalRuntime {
     await this.reindex.stop();
     await this.worker.stop();
     await this.warming;
+    // The scan helper lets go of their memory now rather than when they are collected.
+    for (const p of this.loaded.values()) void p.then((s) => s.matrix?.dispose()).catch(() => undefined);
   }
 
   private async warm(): Promise<void> {
@@ -139,6 +141,7 @@ export class RetrievalRuntime {
     if (Date.now() - state.refreshedAt > VECTOR_LOG_KEEP_MS / 2) {
       // Slept past what the log keeps: start over.
       this.loaded.delete(workspaceId);
+      state.matrix?.dispose();
       return this.matrix(workspaceId);
     }
     await this.serial(() => this.refresh(workspaceId, state));

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { hashTag } from '../../src/retrieval/embed-text.js';
-import { quantizedScore, selectTop, VectorMatrix } from '../../src/retrieval/vectors/matrix.js';
+import { PARALLEL_FROM, quantizedScore, selectTop, VectorMatrix } from '../../src/retrieval/vectors/matrix.js';
+import { helperStats, stopHelper } from '../../src/retrieval/vectors/scan-helper.js';
 import { prng } from '../support/random.js';
 
 function unitVector(rnd: () => number, dims: number): Float32Array {
@@ -318,6 +319,103 @@ describe('VectorMatrix', () => {
     }
     expect(m.rows).toBe(3000);
     for (let i = 0; i < 10; i++) expectSameTop(m, ref, unitVector(rnd, dims), 25);
+  });
+});
+
+describe('VectorMatrix scanned by two threads (scan-helper.ts)', () => {
+  const dims = 40;
+  /** Two matrices of the same rows: `m` may be helped, `alone` never is. */
+  const pair = (rows: number, seed: number) => {
+    const rnd = prng(seed);
+    const m = new VectorMatrix(dims);
+    const alone = new VectorMatrix(dims);
+    alone.dispose();
+    const ref = new Reference();
+    for (let p = 0; p < rows / 2; p++) {
+      const vecs = [0, 1].map((ord) => ({ ord, vec: unitVector(rnd, dims), tag: p * 2 + ord }));
+      m.setPage(`p${p}`, vecs);
+      alone.setPage(`p${p}`, vecs);
+      ref.setPage(`p${p}`, vecs);
+    }
+    return { m, alone, ref, rnd };
+  };
+  /** The helper starts on the first large scan and takes parts once its thread runs. */
+  const helperUp = async (m: VectorMatrix, q: Float32Array) => {
+    for (let i = 0; i < 200 && !helperStats().running; i++) {
+      m.scan(q, 1);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    expect(helperStats().running).toBe(true);
+  };
+  const sameScan = (a: VectorMatrix, b: VectorMatrix, q: Float32Array) => {
+    const x = a.scan(q, a.rows).hits.map((h) => `${key(h)}=${h.score}`);
+    const y = b.scan(q, b.rows).hits.map((h) => `${key(h)}=${h.score}`);
+    expect(x).toEqual(y);
+  };
+
+  it('scores every row as one thread does, to the bit, through sets, removes and growth, and finds the same top k', async () => {
+    const { m, alone, ref, rnd } = pair(PARALLEL_FROM + 2_000, 7);
+    await helperUp(m, unitVector(rnd, dims));
+    const jobs = helperStats().jobs;
+    for (let i = 0; i < 5; i++) {
+      const q = unitVector(rnd, dims);
+      sameScan(m, alone, q);
+      expectSameTop(m, ref, q, 30);
+    }
+    // The rows the helper scans (the upper half) change and move: removed pages' holes are
+    // filled by the last rows, new pages make the memory grow.
+    for (let p = 0; p < 4_000; p += 3) for (const x of [m, alone]) x.removePage(`p${p}`);
+    for (let p = 0; p < 4_000; p += 3) ref.removePage(`p${p}`);
+    for (let p = 100_000; p < 108_000; p++) {
+      const vecs = [{ ord: 0, vec: unitVector(rnd, dims), tag: p }];
+      for (const x of [m, alone]) x.setPage(`p${p}`, vecs);
+      ref.setPage(`p${p}`, vecs);
+    }
+    for (let i = 0; i < 5; i++) {
+      const q = unitVector(rnd, dims);
+      sameScan(m, alone, q);
+      expectSameTop(m, ref, q, 30);
+    }
+    // The helper took a part of every scan of `m` (each sameScan and top scans once or more).
+    expect(helperStats().jobs - jobs).toBeGreaterThanOrEqual(20);
+  });
+
+  it('lets go of a disposed matrix, which still answers alone; a stopped helper is replaced', async () => {
+    const { m, alone, ref, rnd } = pair(PARALLEL_FROM + 500, 11);
+    await helperUp(m, unitVector(rnd, dims));
+    const held = helperStats().matrices;
+    expect(held).toBeGreaterThanOrEqual(1);
+    const other = pair(PARALLEL_FROM + 500, 12).m;
+    other.scan(unitVector(rnd, dims), 1);
+    expect(helperStats().matrices).toBe(held + 1);
+    other.dispose();
+    expect(helperStats().matrices).toBe(held);
+    let jobs = helperStats().jobs;
+    other.scan(unitVector(rnd, dims), 1);
+    expect(helperStats().jobs).toBe(jobs);
+
+    // Stopped (as after a part that timed out): scans go on alone, then with a new helper.
+    stopHelper();
+    expect(helperStats().running).toBe(false);
+    const q = unitVector(rnd, dims);
+    sameScan(m, alone, q);
+    expectSameTop(m, ref, q, 20);
+    await helperUp(m, q);
+    jobs = helperStats().jobs;
+    sameScan(m, alone, unitVector(rnd, dims));
+    expectSameTop(m, ref, unitVector(rnd, dims), 20);
+    expect(helperStats().jobs).toBeGreaterThan(jobs);
+  });
+
+  it('scans a matrix below PARALLEL_FROM rows alone', async () => {
+    const { m, rnd } = pair(PARALLEL_FROM - 2, 13);
+    const big = pair(PARALLEL_FROM + 2, 14).m;
+    await helperUp(big, unitVector(rnd, dims));
+    const jobs = helperStats().jobs;
+    for (let i = 0; i < 5; i++) m.top(unitVector(rnd, dims), 10);
+    expect(helperStats().jobs).toBe(jobs);
+    big.top(unitVector(rnd, dims), 10);
+    expect(helperStats().jobs).toBeGreaterThan(jobs);
   });
 });
 

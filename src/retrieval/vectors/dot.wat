@@ -1,7 +1,9 @@
 ;; Dot products of one query against every row of a row-major int8 matrix, with 128-bit SIMD.
-;; Assembled by `npm run build:wasm` (scripts/build-wasm.ts) into dot-wasm.ts.
+;; Assembled by `npm run build:wasm` (scripts/build-wasm.ts) into dot-wasm.ts, twice: as it is,
+;; and with the memory imported as shared (the build rewrites the import line) so that a helper
+;; thread can scan part of the same rows (scan-helper.ts).
 (module
-  (memory (export "memory") 1)
+  (import "env" "memory" (memory 1))
   ;; scores[r] = f32(sum_i matrix[r*stride + i] * query[i]) * scales[r]
   ;; matrix: int8 rows of `stride` bytes (a multiple of 16, zero-padded); query: `stride` int16;
   ;; scales: one f32 per row. The caller keeps |query[i]| small enough that no i32 lane overflows.

@@ -1,8 +1,34 @@
-import { DOT_WASM_BASE64 } from './dot-wasm.js';
+import { DOT_WASM_BASE64, DOT_WASM_SHARED_BASE64 } from './dot-wasm.js';
+import { releaseMatrix, scanInParallel } from './scan-helper.js';
 
-/** Compiled once; each matrix gets its own instance (and linear memory). */
+/** Compiled once each; every matrix gets its own instance and linear memory. */
 const MODULE = new WebAssembly.Module(Buffer.from(DOT_WASM_BASE64, 'base64'));
+const SHARED_MODULE = new WebAssembly.Module(Buffer.from(DOT_WASM_SHARED_BASE64, 'base64'));
 const PAGE = 65536;
+/** A shared memory needs a maximum: 4 GiB, as far as a plain one may grow. */
+const MAX_PAGES = 65536;
+
+/**
+ * From this many rows a scan is split with the helper thread (scan-helper.ts): below it the
+ * hand-over (~0.1 ms) is a sizeable share of a scan that takes a few milliseconds.
+ */
+export const PARALLEL_FROM = 16_384;
+
+/**
+ * A shared memory when this process can make one (scan-helper.ts reads the same rows from its
+ * thread), else a plain one scanned by the serving thread alone.
+ */
+function linearMemory(): { memory: WebAssembly.Memory; module: WebAssembly.Module; shared: boolean } {
+  try {
+    return { memory: new WebAssembly.Memory({ initial: 1, maximum: MAX_PAGES, shared: true }), module: SHARED_MODULE, shared: true };
+  } catch {
+    return { memory: new WebAssembly.Memory({ initial: 1 }), module: MODULE, shared: false };
+  }
+}
+
+/** Matrices dropped without `dispose` are let go by the helper once collected. */
+const released = new FinalizationRegistry<number>((id) => releaseMatrix(id));
+let nextMatrixId = 1;
 
 export interface RowHit {
   pageId: string;
@@ -47,9 +73,19 @@ const SLACK = 1e-5;
  * last row into the hole, so the matrix stays packed.
  */
 export class VectorMatrix {
-  private readonly instance = new WebAssembly.Instance(MODULE, {});
-  private readonly memory = this.instance.exports.memory as WebAssembly.Memory;
-  private readonly scanFn = this.instance.exports.scan as (m: number, rows: number, stride: number, q: number, scales: number, out: number) => void;
+  private readonly id = nextMatrixId++;
+  private readonly linear = linearMemory();
+  private readonly memory = this.linear.memory;
+  private readonly scanFn = new WebAssembly.Instance(this.linear.module, { env: { memory: this.memory } }).exports.scan as (
+    m: number,
+    rows: number,
+    stride: number,
+    q: number,
+    scales: number,
+    out: number,
+  ) => void;
+  /** Set by `dispose`: scans stay on this thread. */
+  private alone = false;
   /**
    * Per row, sized to the capacity: its page, first and last ord, tag, and the next row of the
    * same page (-1 ends the list); a page is found by its first row. Typed arrays and one map
@@ -88,6 +124,14 @@ export class VectorMatrix {
     this.stride = Math.ceil(dims / 16) * 16;
     this.queryRange = Math.min(32767, Math.floor(I32_MAX / (CODE * this.stride)));
     this.layout(Math.max(1024, Math.ceil(rows)));
+    if (this.linear.shared) released.register(this, this.id, this);
+  }
+
+  /** The helper thread lets go of this matrix's memory now; the matrix still answers, scanning alone. */
+  dispose(): void {
+    this.alone = true;
+    released.unregister(this);
+    releaseMatrix(this.id);
   }
 
   get rows(): number {
@@ -271,7 +315,19 @@ export class VectorMatrix {
     const t = qmax > 0 && Number.isFinite(qmax) ? qmax / this.queryRange : 0;
     const codes = new Int16Array(this.memory.buffer, this.queryOff, this.stride).fill(0);
     if (t > 0) for (let i = 0; i < query.length; i++) codes[i] = Math.round(query[i]! / t);
-    this.scanFn(this.matrixOff, this.rows, this.stride, this.queryOff, this.scalesOff, this.scoresOff);
+    const n = this.rows;
+    if (!this.linear.shared || this.alone || n < PARALLEL_FROM) {
+      this.scanFn(this.matrixOff, n, this.stride, this.queryOff, this.scalesOff, this.scoresOff);
+      return t;
+    }
+    // The helper scans the upper half while this thread scans the lower; this thread then waits
+    // for it, so nothing can change the rows meanwhile (scan-helper.ts).
+    const half = n >> 1;
+    const upper = [this.matrixOff + half * this.stride, n - half, this.stride, this.queryOff, this.scalesOff + half * 4, this.scoresOff + half * 4] as const;
+    const helped = scanInParallel(this.id, this.memory, this.linear.module, upper, () =>
+      this.scanFn(this.matrixOff, half, this.stride, this.queryOff, this.scalesOff, this.scoresOff),
+    );
+    if (!helped) this.scanFn(...upper);
     return t;
   }
 

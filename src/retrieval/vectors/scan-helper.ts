@@ -1,0 +1,192 @@
+import { MessageChannel, type MessagePort, Worker } from 'node:worker_threads';
+
+/**
+ * A second thread that scans part of a matrix's rows while the serving thread scans the rest
+ * (issue 19: vector and hybrid latency at 100,000 pages).
+ *
+ * A scan of the whole int8 matrix is bound by memory bandwidth (240,000 rows × 512 bytes: ~21 ms
+ * on one core here, ~7 GB/s); two threads reading halves took ~11. The serving thread hands the
+ * helper the upper rows through a shared control block, scans the lower rows itself, then
+ * blocks (Atomics.wait) until the helper is done: the scan stays synchronous, so nothing on the
+ * serving thread (a write to the matrix, a growth that moves its rows) can run while the helper
+ * reads the rows. The helper runs the same WebAssembly code on the same shared memory, so the
+ * scores are the ones one thread would write, to the bit.
+ *
+ * When the helper cannot take a part (not started yet, busy, gone, or it fails), the serving
+ * thread scans every row itself, as before.
+ */
+
+/** Control block slots (Int32Array over a SharedArrayBuffer). */
+const STATE = 0; // the helper's inbox: IDLE, JOB, DRAIN or STOP
+const MATRIX = 1; // the job: matrix id, then the scan's six arguments
+const ARGS = 2;
+const DONE = 8; // PENDING, then OK or FAILED
+const READY = 9; // 1 once the helper waits for jobs
+const JOBS = 10; // jobs done (for tests and operators)
+const SLOTS = 12;
+
+const IDLE = 0;
+const JOB = 1;
+const DRAIN = 2;
+const STOP = 3;
+const PENDING = 0;
+const OK = 1;
+
+/**
+ * How long the serving thread waits for the helper's part. A part is half a scan (~10 ms at
+ * 100,000 pages); past this the helper is taken for gone: it is stopped, and the serving thread
+ * scans the part itself.
+ */
+const PART_TIMEOUT_MS = 5_000;
+
+// A CommonJS script run with eval, so it needs no file of its own in the build (as the loader's).
+// It never returns to its event loop: matrices arrive as messages it takes off its port itself.
+const WORKER_SOURCE = `
+const { workerData, receiveMessageOnPort } = require('node:worker_threads');
+const { ctl, port, module: mod } = workerData;
+const scans = new Map();
+function drain() {
+  for (let m = receiveMessageOnPort(port); m; m = receiveMessageOnPort(port)) {
+    const msg = m.message;
+    if (msg.add !== undefined) scans.set(msg.add, new WebAssembly.Instance(mod, { env: { memory: msg.memory } }).exports.scan);
+    else if (msg.drop !== undefined) scans.delete(msg.drop);
+  }
+}
+Atomics.store(ctl, ${READY}, 1);
+for (;;) {
+  Atomics.wait(ctl, ${STATE}, ${IDLE});
+  const state = Atomics.load(ctl, ${STATE});
+  if (state === ${STOP}) break;
+  let done = 2;
+  try {
+    drain();
+    if (state === ${JOB}) {
+      const scan = scans.get(Atomics.load(ctl, ${MATRIX}));
+      if (scan) {
+        const a = [];
+        for (let i = 0; i < 6; i++) a.push(Atomics.load(ctl, ${ARGS} + i));
+        scan(a[0], a[1], a[2], a[3], a[4], a[5]);
+        done = 1;
+        Atomics.add(ctl, ${JOBS}, 1);
+      }
+    }
+  } catch {}
+  Atomics.store(ctl, ${STATE}, ${IDLE});
+  if (state === ${JOB}) {
+    Atomics.store(ctl, ${DONE}, done);
+    Atomics.notify(ctl, ${DONE});
+  }
+}
+port.close();
+`;
+
+interface Helper {
+  worker: Worker;
+  port: MessagePort;
+  ctl: Int32Array;
+  /** Matrix memories the helper holds, by matrix id. */
+  held: Set<number>;
+  gone: boolean;
+}
+
+let helper: Helper | null = null;
+let sharedModule: WebAssembly.Module | null = null;
+
+function start(module: WebAssembly.Module): Helper {
+  const ctl = new Int32Array(new SharedArrayBuffer(SLOTS * 4));
+  const { port1, port2 } = new MessageChannel();
+  const worker = new Worker(WORKER_SOURCE, {
+    eval: true,
+    workerData: { ctl, port: port2, module },
+    transferList: [port2],
+    // Its own heap holds nothing but the instances: the matrices live in shared memory.
+    resourceLimits: { maxYoungGenerationSizeMb: 4, maxOldGenerationSizeMb: 32 },
+  });
+  // It must never keep a process alive (a test's, or one shutting down).
+  worker.unref();
+  port1.unref();
+  const h: Helper = { worker, port: port1, ctl, held: new Set(), gone: false };
+  const lost = () => {
+    h.gone = true;
+    if (helper === h) helper = null;
+  };
+  worker.on('error', lost);
+  worker.on('exit', lost);
+  return h;
+}
+
+/** A helper that takes jobs now, started on first use (it takes jobs once its thread runs). */
+function ready(module: WebAssembly.Module): Helper | null {
+  if (!helper || helper.gone) {
+    sharedModule = module;
+    helper = start(module);
+  }
+  return Atomics.load(helper.ctl, READY) === 1 ? helper : null;
+}
+
+/**
+ * Scans rows [from, from + rows) of a matrix on the helper while `own` scans the rest on this
+ * thread. `memory` must be the shared memory the module was instantiated with. Returns false when
+ * the helper took no part (the caller scans those rows itself); `own` has run either way.
+ */
+export function scanInParallel(
+  id: number,
+  memory: WebAssembly.Memory,
+  module: WebAssembly.Module,
+  part: readonly [matrix: number, rows: number, stride: number, query: number, scales: number, scores: number],
+  own: () => void,
+): boolean {
+  const h = ready(module);
+  if (!h || sharedModule !== module || Atomics.load(h.ctl, STATE) !== IDLE) {
+    own();
+    return false;
+  }
+  if (!h.held.has(id)) {
+    h.port.postMessage({ add: id, memory });
+    h.held.add(id);
+  }
+  Atomics.store(h.ctl, DONE, PENDING);
+  Atomics.store(h.ctl, MATRIX, id);
+  for (let i = 0; i < 6; i++) Atomics.store(h.ctl, ARGS + i, part[i]!);
+  if (Atomics.compareExchange(h.ctl, STATE, IDLE, JOB) !== IDLE) {
+    own();
+    return false;
+  }
+  Atomics.notify(h.ctl, STATE);
+  own();
+  if (Atomics.wait(h.ctl, DONE, PENDING, PART_TIMEOUT_MS) === 'timed-out') {
+    // Gone, or starved past any use: never handed a job again (its late writes, if any, land
+    // before the caller's own scan of the part overwrites them with the same values).
+    stopHelper();
+    return false;
+  }
+  return Atomics.load(h.ctl, DONE) === OK;
+}
+
+/** The helper lets go of a matrix's memory (a matrix dropped: else the helper kept it alive). */
+export function releaseMatrix(id: number): void {
+  const h = helper;
+  if (!h || h.gone || !h.held.delete(id)) return;
+  h.port.postMessage({ drop: id });
+  // Woken to take the message off its port now; when busy, it takes it with its next job.
+  if (Atomics.compareExchange(h.ctl, STATE, IDLE, DRAIN) === IDLE) Atomics.notify(h.ctl, STATE);
+}
+
+/** Stops the helper (a new one starts on the next large scan). */
+export function stopHelper(): void {
+  const h = helper;
+  if (!h) return;
+  helper = null;
+  h.gone = true;
+  Atomics.store(h.ctl, STATE, STOP);
+  Atomics.notify(h.ctl, STATE);
+  void h.worker.terminate().catch(() => undefined);
+  h.port.close();
+}
+
+/** What the helper holds and has done (tests, operators). */
+export function helperStats(): { running: boolean; matrices: number; jobs: number } {
+  const h = helper;
+  if (!h || h.gone) return { running: false, matrices: 0, jobs: 0 };
+  return { running: Atomics.load(h.ctl, READY) === 1, matrices: h.held.size, jobs: Atomics.load(h.ctl, JOBS) };
+}
