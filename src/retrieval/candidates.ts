@@ -184,7 +184,7 @@ export const BOUNDED_MIN = 20;
 
 /**
  * Keyword-matching sections, best first, that the caller may see (at most `limit`). `complete`:
- * a newest-N plan found fewer matches than its cut, so it ranked every one (SQLite).
+ * a newest-N plan found fewer matches than its cut, so it ranked every one.
  */
 export async function keywordCandidates(
   ctx: RetrievalContext,
@@ -203,7 +203,9 @@ export async function keywordCandidates(
   let rows: Candidate[];
   let complete = false;
   if (ctx.store.dialect === 'postgres') {
-    rows = await pgKeywordRows(ctx, p, scope, plan, limit, w, docs);
+    const pgRows = await pgKeywordRows(ctx, p, scope, plan, limit, w, docs);
+    rows = pgRows;
+    complete = pgRows.complete === true;
   } else {
     // The workspace's index of what the caller's widest ceiling reads (keyword-index.ts): no
     // statistic of another workspace, or of a section above that ceiling, weighs in.
@@ -286,7 +288,7 @@ async function pgKeywordRows(
   limit: number,
   w: RawBuilder<unknown>,
   docs: DocCounts | undefined,
-): Promise<Candidate[]> {
+): Promise<Candidate[] & { complete?: boolean }> {
   const db = ctx.store.db;
   const tq = pgTsQuery(plan.terms, plan.op);
   const rank = plan.scored ? pgRank(plan.weighed ?? plan.terms, docs, tq) : { cols: sql`0 as len`, score: sql`0.0::float8` };
@@ -352,7 +354,10 @@ async function pgKeywordRows(
     const lo = Math.max(span.lo, span.hi + 1 - width);
     const r = await round({ lo, want });
     const found = Number(r[0]?.found ?? 0);
-    if (lo <= span.lo || found >= want) return rows(r);
+    if (found >= want) return rows(r);
+    // Every section of the span looked at, and fewer matches than the cut: each one was ranked
+    // (a ranked plan), so a run over every match (lists.ts, when this left few) would find no other.
+    if (lo <= span.lo) return plan.scored ? Object.assign(rows(r), { complete: true }) : rows(r);
     const spanned = span.hi + 1 - lo;
     width = found > 0 ? Math.max(2 * spanned, Math.ceil(((spanned * want) / found) * 1.25)) : 8 * spanned;
   }
