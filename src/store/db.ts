@@ -295,10 +295,21 @@ function statementName(text: string): string {
  * closes idle connections, so each new one prepares what is hot now.
  */
 function preparedStatements(client: pg.PoolClient): void {
-  void client.query(SESSION_SETTINGS).catch(() => undefined);
   const query = client.query.bind(client) as (...args: unknown[]) => unknown;
+  // The settings first: a query sent while they run was queued by pg behind them, which pg 8
+  // warns is deprecated (and pg 9 removes). Queries wait for them instead (failed settings
+  // leave the server's defaults, as before).
+  let settling: Promise<void> | null = (query(SESSION_SETTINGS) as Promise<unknown>).then(
+    () => void (settling = null),
+    () => void (settling = null),
+  );
   const prepared = new Set<string>();
   const named = (config: unknown, values?: unknown, ...rest: unknown[]): unknown => {
+    if (settling) {
+      const after = settling.then(() => named(config, values, ...rest));
+      // pg's callback form (pg-pool's own pool.query) answers through the callback, not a promise.
+      return [values, ...rest].some((a) => typeof a === 'function') ? void after.catch(() => undefined) : after;
+    }
     if (typeof config === 'string' && Array.isArray(values) && rest.length === 0 && !VALUE_DEPENDENT_PLAN.test(config)) {
       const name = statementName(config);
       if (prepared.has(name) || prepared.size < MAX_PREPARED_PER_CONNECTION) {

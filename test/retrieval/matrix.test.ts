@@ -380,7 +380,7 @@ describe('VectorMatrix scanned by two threads (scan-helper.ts)', () => {
     expect(helperStats().jobs - jobs).toBeGreaterThanOrEqual(20);
   });
 
-  it('lets go of a disposed matrix, which still answers alone; a stopped helper is replaced', async () => {
+  it('lets go of a disposed matrix (the helper stops, and a new one serves the rest), which still answers alone', async () => {
     const { m, alone, ref, rnd } = pair(PARALLEL_FROM + 500, 11);
     await helperUp(m, unitVector(rnd, dims));
     const held = helperStats().matrices;
@@ -388,16 +388,25 @@ describe('VectorMatrix scanned by two threads (scan-helper.ts)', () => {
     const other = pair(PARALLEL_FROM + 500, 12).m;
     other.scan(unitVector(rnd, dims), 1);
     expect(helperStats().matrices).toBe(held + 1);
+    // The helper's thread never collects garbage, so letting go of one memory stops it.
     other.dispose();
-    expect(helperStats().matrices).toBe(held);
+    expect(helperStats().running).toBe(false);
+    const q = unitVector(rnd, dims);
+    sameScan(m, alone, q);
+    expectSameTop(m, ref, q, 20);
+    // A new helper takes `m` again; `other` scans alone from now on.
+    await helperUp(m, q);
+    expect(helperStats().matrices).toBe(1);
     let jobs = helperStats().jobs;
     other.scan(unitVector(rnd, dims), 1);
     expect(helperStats().jobs).toBe(jobs);
+    expect(helperStats().matrices).toBe(1);
+    sameScan(m, alone, unitVector(rnd, dims));
+    expect(helperStats().jobs).toBeGreaterThan(jobs);
 
     // Stopped (as after a part that timed out): scans go on alone, then with a new helper.
     stopHelper();
     expect(helperStats().running).toBe(false);
-    const q = unitVector(rnd, dims);
     sameScan(m, alone, q);
     expectSameTop(m, ref, q, 20);
     await helperUp(m, q);

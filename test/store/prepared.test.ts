@@ -20,6 +20,35 @@ describe.skipIf(!testEngines().includes('postgres'))('prepared statements (postg
     await tdb?.cleanup();
   });
 
+  it('a new connection runs its session settings before any query: no query is queued behind them (pg 9 removes that)', async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.message);
+    process.on('warning', onWarning);
+    const fresh = await openStore({ dataDir: tdb.dataDir, databaseUrl: tdb.databaseUrl });
+    try {
+      // Ten queries at once on a fresh pool: each new connection's first query arrives while its
+      // settings would still be running; each sees them applied.
+      const jit = await Promise.all(
+        Array.from({ length: 10 }, () => sql<{ jit: string }>`select current_setting('jit') as jit, pg_sleep(0.01)`.execute(fresh.db)),
+      );
+      expect(jit.map((r) => r.rows[0]!.jit)).toEqual(Array(10).fill('off'));
+      // pg-pool's own pool.query (what the node asks of the snapshot by) queries in the very
+      // callback that hands over a new connection, in pg's callback form.
+      const another = await openStore({ dataDir: tdb.dataDir, databaseUrl: tdb.databaseUrl });
+      try {
+        const snapshots = await Promise.all(Array.from({ length: 5 }, () => another.othersCommits()));
+        for (const s of snapshots) expect(s).toMatch(/^\d+:\d+:/);
+      } finally {
+        await another.close();
+      }
+      await new Promise((r) => setImmediate(r));
+      expect(warnings.filter((m) => /already executing a query/.test(m))).toEqual([]);
+    } finally {
+      process.off('warning', onWarning);
+      await fresh.close();
+    }
+  });
+
   it('a statement run twice on a connection is prepared once, under its name', async () => {
     await store.db.connection().execute(async (db) => {
       const text = 'select count(*) from pages where workspace_id = $1';
