@@ -5,7 +5,7 @@ import { hasActionWithin } from '../policy/access.js';
 import type { Principal } from '../policy/principal.js';
 import type { Candidate, Scope } from './candidates.js';
 import { queryTerms } from './keyword.js';
-import { listSource } from './lists.js';
+import { hybridLists, listSource } from './lists.js';
 import { assertUsableScope } from './scope.js';
 import { rankHybrid } from './search.js';
 import { minTokens, tokenCount, truncateToTokens } from './tokens.js';
@@ -186,8 +186,8 @@ async function assembleBundle(ctx: RetrievalContext, p: Principal, opts: BundleO
   const terms = queryTerms(intent);
 
   const depth = rankDepth(opts.budgetTokens);
-  // Both lists at once (as search does): the vector one works in this process while the keyword one waits on the database.
-  const [vecList, kw] = await Promise.all([source.vector(intent, depth), source.keyword(terms, depth)]);
+  // Both lists at once (as search does): the keyword one runs while the helper thread scans, or waits on the database.
+  const [vecList, kw] = await hybridLists(source, intent, depth, terms, depth);
   const vec = typeof vecList === 'string' ? [] : vecList;
   const ranked = await rankHybrid(ctx, p, kw, vec, (c) => `${c.page_id}\u0000${c.ord}`, terms, source.now);
 

@@ -418,7 +418,19 @@ function firstWindow(want: number, plan: KeywordPlan, docs: ReadonlyMap<string, 
  * first (at most `limit`). The matrix holds every section of the workspace; rows are looked up
  * in batches until enough pass the filters or the matrix is exhausted.
  */
-export async function vectorCandidates(ctx: RetrievalContext, p: Principal, scope: Scope, query: Float32Array, limit: number): Promise<Candidate[]> {
+export async function vectorCandidates(
+  ctx: RetrievalContext,
+  p: Principal,
+  scope: Scope,
+  query: Float32Array,
+  limit: number,
+  /**
+   * Other work waits to run beside this (a hybrid search's keyword list, lists.ts hybridLists),
+   * and this is called when it may: once the helper thread scans its half of the matrix, this
+   * thread lets that work run, then scans its own half. Alone, both halves at once are quicker.
+   */
+  started?: () => void,
+): Promise<Candidate[]> {
   const allowed = allowedLevels(p, scope.action);
   if (allowed === null) return [];
   const m = await ctx.retrieval.matrix(p.workspaceId);
@@ -429,8 +441,15 @@ export async function vectorCandidates(ctx: RetrievalContext, p: Principal, scop
   // Each window gives at least one section: `limit` windows usually suffice; more only when filters drop some.
   let k = Math.max(limit, 50);
   let seen = 0;
+  let pending = started ? m.begin(query) : null;
+  if (started) {
+    started();
+    // The work let go runs (its statements are synchronous on SQLite) before this resumes.
+    if (pending) await new Promise((resolve) => setImmediate(resolve));
+  }
   for (;;) {
-    const hits = m.top(query, Math.min(k, total));
+    const hits = pending ? m.topOf(pending, query, Math.min(k, total)) : m.top(query, Math.min(k, total));
+    pending = null;
     const batch = hits.slice(seen);
     seen = hits.length;
     for (let i = 0; i < batch.length; i += 400) {

@@ -35,8 +35,12 @@ export interface Picked {
 export interface ListSource {
   /** Keyword sections, best first (keywordList). */
   keyword(terms: string[], limit: number): Promise<KeywordList>;
-  /** Vector sections at or above VECTOR_FLOOR, best first, or why there are none. */
-  vector(q: string, limit: number): Promise<Candidate[] | string>;
+  /**
+   * Vector sections at or above VECTOR_FLOOR, best first, or why there are none. `started`: called
+   * once the scan is under way on the helper thread (or will not be), so the keyword list the
+   * caller holds back runs meanwhile (hybridLists).
+   */
+  vector(q: string, limit: number, started?: () => void): Promise<Candidate[] | string>;
   /** The first visible section of each page the picked sections' pages link to (the bundle's include_links). */
   linked(picked: readonly Picked[]): Promise<{ c: Candidate; score: number }[]>;
   /** The commit answered from: the one asked for, or the newest when the answer began (null: no commit yet). */
@@ -55,7 +59,10 @@ export async function listSource(ctx: RetrievalContext, p: Principal, scope: Sco
     const snap = await loadSnapshot(ctx, p, scope, at);
     return {
       keyword: (terms, limit) => Promise.resolve(snapshotKeyword(snap, p, scope, terms, limit)),
-      vector: (q, limit) => snapshotVector(ctx, snap, p, scope, q, limit),
+      vector: (q, limit, started) => {
+        started?.();
+        return snapshotVector(ctx, snap, p, scope, q, limit);
+      },
       linked: (picked) => Promise.resolve(snapshotLinked(snap, p, scope, picked)),
       commit: snap.commit,
       now: Date.parse(snap.commit.created_at),
@@ -63,7 +70,8 @@ export async function listSource(ctx: RetrievalContext, p: Principal, scope: Sco
   }
   return {
     keyword: (terms, limit) => keywordList(ctx, p, scope, terms, limit),
-    vector: async (q, limit) => (await vectorList(ctx, p, scope, q, limit)) ?? `embeddings are unavailable (${ctx.retrieval.provider.provider})`,
+    vector: async (q, limit, started) =>
+      (await vectorList(ctx, p, scope, q, limit, started)) ?? `embeddings are unavailable (${ctx.retrieval.provider.provider})`,
     linked: (picked) => linkedSections(ctx, p, scope, picked),
     commit: recordCommit ? await newestVisibleCommit(ctx, p, scope.action) : null,
     now: Date.now(),
@@ -127,15 +135,45 @@ export async function keywordList(ctx: RetrievalContext, p: Principal, scope: Sc
 export type KeywordList = Candidate[] & { weak?: boolean; anyWord?: boolean };
 
 /** Vector sections at or above VECTOR_FLOOR, or null when the provider cannot embed the query now. */
-export async function vectorList(ctx: RetrievalContext, p: Principal, scope: Scope, q: string, limit = CANDIDATES): Promise<Candidate[] | null> {
-  let qv: Float32Array;
+export async function vectorList(
+  ctx: RetrievalContext,
+  p: Principal,
+  scope: Scope,
+  q: string,
+  limit = CANDIDATES,
+  started?: () => void,
+): Promise<Candidate[] | null> {
   try {
-    qv = await ctx.retrieval.embedQuery(q);
-  } catch (e) {
-    if (e instanceof EmbeddingUnavailableError) return null;
-    throw e;
+    let qv: Float32Array;
+    try {
+      qv = await ctx.retrieval.embedQuery(q);
+    } catch (e) {
+      if (e instanceof EmbeddingUnavailableError) return null;
+      throw e;
+    }
+    return (await vectorCandidates(ctx, p, scope, qv, limit, started)).filter((c) => c.score >= VECTOR_FLOOR);
+  } finally {
+    // Whatever happened, what waits for the scan to start waits no longer.
+    started?.();
   }
-  return (await vectorCandidates(ctx, p, scope, qv, limit)).filter((c) => c.score >= VECTOR_FLOOR);
+}
+
+/**
+ * The vector and keyword lists of one query, side by side. On the live index the keyword list
+ * waits until the vector scan is under way on the helper thread (vectorCandidates), then runs its
+ * statements while the helper scans: the two overlap instead of taking turns on this thread.
+ */
+export async function hybridLists(
+  source: ListSource,
+  q: string,
+  vectorLimit: number,
+  terms: string[],
+  keywordLimit: number,
+): Promise<[Candidate[] | string, KeywordList]> {
+  if (terms.length === 0) return Promise.all([source.vector(q, vectorLimit), source.keyword(terms, keywordLimit)]);
+  let started!: () => void;
+  const gate = new Promise<void>((resolve) => (started = resolve));
+  return Promise.all([source.vector(q, vectorLimit, started), gate.then(() => source.keyword(terms, keywordLimit))]);
 }
 
 function inScope(scope: Scope, r: { space: string; cluster_path: string }): boolean {

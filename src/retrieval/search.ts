@@ -6,7 +6,7 @@ import type { Principal } from '../policy/principal.js';
 import type { Candidate, Scope } from './candidates.js';
 import { boostAndSort, fuse, type Fused } from './hybrid.js';
 import { queryTerms } from './keyword.js';
-import { CANDIDATES, listSource, type KeywordList } from './lists.js';
+import { CANDIDATES, hybridLists, listSource, type KeywordList } from './lists.js';
 import { assertUsableScope } from './scope.js';
 import { sliceWhole } from './text-cut.js';
 
@@ -145,12 +145,16 @@ async function runSearch(ctx: RetrievalContext, p: Principal, opts: SearchOption
 
   // Keyword alone needs only enough sections for `limit` pages; fusion looks deeper.
   const kwDepth = opts.mode === 'fts' ? Math.max(50, 5 * opts.limit) : Math.max(CANDIDATES, 5 * opts.limit);
-  // The two lists at once: the keyword one waits mostly on the database (PostgreSQL), the
-  // vector one on this process's CPU, so hybrid takes about the longer of the two, not their sum.
-  const [vecList, kwSections] = await Promise.all([
-    opts.mode === 'fts' ? ([] as Candidate[]) : source.vector(opts.q, Math.max(VECTOR_DEPTH, 2 * opts.limit)),
-    opts.mode === 'vector' ? ([] as KeywordList) : source.keyword(terms, kwDepth),
-  ]);
+  // The two lists at once: the keyword one runs while the helper thread scans its half of the
+  // matrix, or waits on the database (PostgreSQL), so hybrid takes less than their sum.
+  const vectorDepth = Math.max(VECTOR_DEPTH, 2 * opts.limit);
+  const [vecList, kwSections] =
+    opts.mode === 'hybrid'
+      ? await hybridLists(source, opts.q, vectorDepth, terms, kwDepth)
+      : await Promise.all([
+          opts.mode === 'fts' ? ([] as Candidate[]) : source.vector(opts.q, vectorDepth),
+          opts.mode === 'vector' ? ([] as KeywordList) : source.keyword(terms, kwDepth),
+        ]);
   let mode = opts.mode;
   let vec: Candidate[] = [];
   if (typeof vecList === 'string') {

@@ -416,6 +416,60 @@ describe('VectorMatrix scanned by two threads (scan-helper.ts)', () => {
     expect(helperStats().jobs).toBeGreaterThan(jobs);
   });
 
+  it('a scan begun on the helper (begin) and finished later (topOf) answers as top, whatever happened in between', async () => {
+    const { m, alone, ref, rnd } = pair(PARALLEL_FROM + 3_000, 21);
+    await helperUp(m, unitVector(rnd, dims));
+    const same = (got: ReturnType<VectorMatrix['top']>, want: ReturnType<VectorMatrix['top']>) =>
+      expect(got.map((h) => `${key(h)}=${h.score}`)).toEqual(want.map((h) => `${key(h)}=${h.score}`));
+    // Nothing in between; then this thread busy elsewhere before finishing (the helper takes more chunks).
+    for (const busyMs of [0, 5]) {
+      const q = unitVector(rnd, dims);
+      const jobs = helperStats().jobs;
+      const pending = m.begin(q);
+      expect(pending).not.toBeNull();
+      for (const until = performance.now() + busyMs; performance.now() < until;);
+      same(m.topOf(pending!, q, 25), alone.top(q, 25));
+      expect(helperStats().jobs).toBe(jobs + 1);
+      expectSameTop(m, ref, q, 25);
+    }
+    // A page written in between (its rows may sit in chunks already scanned): scanned again.
+    let q = unitVector(rnd, dims);
+    let pending = m.begin(q)!;
+    const vecs = [{ ord: 0, vec: q, tag: 777 }];
+    for (const x of [m, alone]) x.setPage('written-meanwhile', vecs);
+    ref.setPage('written-meanwhile', vecs);
+    const top = m.topOf(pending, q, 10);
+    expect(top[0]!.pageId).toBe('written-meanwhile');
+    same(top, alone.top(q, 10));
+    // A page removed in between (the last rows move into its place).
+    pending = m.begin(q)!;
+    for (const x of [m, alone]) x.removePage('written-meanwhile');
+    ref.removePage('written-meanwhile');
+    expect(m.topOf(pending, q, 10).map(key)).not.toContain('written-meanwhile#0');
+    expectSameTop(m, ref, q, 10);
+    // Another scan of the same matrix in between (its scores overwrite the begun one's).
+    q = unitVector(rnd, dims);
+    pending = m.begin(q)!;
+    const other = unitVector(rnd, dims);
+    same(m.top(other, 10), alone.top(other, 10));
+    same(m.topOf(pending, q, 10), alone.top(q, 10));
+    // Another matrix scanned in between: the helper is taken, so it scans alone; both right.
+    const { m: m2, alone: alone2 } = pair(PARALLEL_FROM + 100, 22);
+    pending = m.begin(q)!;
+    same(m2.top(other, 5), alone2.top(other, 5));
+    same(m.topOf(pending, q, 10), alone.top(q, 10));
+    // The helper stopped in between; the matrix disposed in between.
+    pending = m.begin(q)!;
+    stopHelper();
+    same(m.topOf(pending, q, 10), alone.top(q, 10));
+    await helperUp(m, q);
+    pending = m.begin(q)!;
+    expect(pending).not.toBeNull();
+    m.dispose();
+    same(m.topOf(pending, q, 10), alone.top(q, 10));
+    expect(m.begin(q)).toBeNull();
+  });
+
   it('scans a matrix below PARALLEL_FROM rows alone', async () => {
     const { m, rnd } = pair(PARALLEL_FROM - 2, 13);
     const big = pair(PARALLEL_FROM + 2, 14).m;

@@ -1,5 +1,5 @@
 import { DOT_WASM_BASE64, DOT_WASM_SHARED_BASE64 } from './dot-wasm.js';
-import { releaseMatrix, scanInParallel } from './scan-helper.js';
+import { finish, handOver, type Part, releaseMatrix, scanInParallel, settle, shareChunks } from './scan-helper.js';
 
 /** Compiled once each; every matrix gets its own instance and linear memory. */
 const MODULE = new WebAssembly.Module(Buffer.from(DOT_WASM_BASE64, 'base64'));
@@ -38,6 +38,19 @@ export interface RowHit {
   /** The row's tag as stored (callers keep 32 bits of the embedded text's hash there, to spot stale rows). */
   tag: number;
   score: number;
+}
+
+/** A scan begun by `VectorMatrix.begin`, the helper scanning its upper half. */
+export interface PendingScan {
+  readonly query: Float32Array;
+  /** The query's scale in the scan. */
+  readonly t: number;
+  readonly part: Part;
+  /** Rows when it began. */
+  readonly n: number;
+  /** The matrix's counts when it began: a scan or a change since makes `topOf` scan again. */
+  readonly scans: number;
+  readonly mutations: number;
 }
 
 /** What a scan of the quantized matrix found: candidates by approximate score, and how far off they may be. */
@@ -86,6 +99,9 @@ export class VectorMatrix {
   ) => void;
   /** Set by `dispose`: scans stay on this thread. */
   private alone = false;
+  /** Bumped by every change of rows and every scan: a scan begun (`begin`) is finished only if neither moved. */
+  private mutations = 0;
+  private scans = 0;
   /**
    * Per row, sized to the capacity: its page, first and last ord, tag, and the next row of the
    * same page (-1 ends the list); a page is found by its first row. Typed arrays and one map
@@ -163,6 +179,8 @@ export class VectorMatrix {
 
   /** Sets a page's vectors (one per window of sections), replacing what it had. */
   setPage(pageId: string, vectors: { ord: number; last?: number; vec: Float32Array; tag: number }[]): void {
+    settle(this.id);
+    this.mutations++;
     this.removePage(pageId);
     if (vectors.length === 0) return;
     for (const { ord, last, vec, tag } of vectors) {
@@ -195,6 +213,8 @@ export class VectorMatrix {
   }
 
   removePage(pageId: string): void {
+    settle(this.id);
+    this.mutations++;
     const rows = this.rowsOfPage(pageId);
     if (rows.length === 0) return;
     this.firstRow.delete(pageId);
@@ -246,7 +266,41 @@ export class VectorMatrix {
     const n = this.rows;
     this.checkQuery(query);
     if (n === 0 || k <= 0) return [];
-    const t = this.scanAll(query);
+    return this.ranked(query, k, this.scanAll(query));
+  }
+
+  /**
+   * Begins a scan whose upper half the helper thread runs while the caller does other work (a
+   * hybrid search's keyword statements), to be finished by `topOf`; null when there is no helper
+   * to hand it to (the caller then calls `top`). Nothing is held: a change of the rows or another
+   * scan meanwhile only makes `topOf` scan again.
+   */
+  begin(query: Float32Array): PendingScan | null {
+    const n = this.rows;
+    this.checkQuery(query);
+    if (!this.linear.shared || this.alone || n < PARALLEL_FROM) return null;
+    settle(this.id);
+    const t = this.quantizeQuery(query);
+    const part = handOver(this.id, this.memory, this.linear.module, this.scanArgs(0, n));
+    if (!part) return null;
+    return { query, t, part, n, scans: ++this.scans, mutations: this.mutations };
+  }
+
+  /** The `k` rows `top` gives, from a scan begun with `begin`: this thread scans what the helper has not taken yet. */
+  topOf(pending: PendingScan, query: Float32Array, k: number): RowHit[] {
+    const current = pending.query === query && pending.scans === this.scans && pending.mutations === this.mutations && pending.n === this.rows;
+    if (!current || k <= 0) {
+      finish(pending.part);
+      return this.top(query, k);
+    }
+    shareChunks(pending.part, this.scanChunk);
+    if (!finish(pending.part)) this.scanFn(...this.scanArgs(0, pending.n));
+    return this.ranked(query, k, pending.t);
+  }
+
+  /** `top`'s answer from the scores of a whole scan (`t`: the query's scale in it). */
+  private ranked(query: Float32Array, k: number, t: number): RowHit[] {
+    const n = this.rows;
     const scores = new Float32Array(this.memory.buffer, this.scoresOff, n);
     // Rescored scores survive a widening: each row is rescored once.
     const exactOf = new Map<number, number>();
@@ -307,6 +361,29 @@ export class VectorMatrix {
 
   /** Quantizes the query into linear memory and scans every row: scores[r] · t is row r's approximate score. */
   private scanAll(query: Float32Array): number {
+    settle(this.id);
+    this.scans++;
+    const t = this.quantizeQuery(query);
+    const n = this.rows;
+    if (!this.linear.shared || this.alone || n < PARALLEL_FROM) {
+      this.scanFn(this.matrixOff, n, this.stride, this.queryOff, this.scalesOff, this.scoresOff);
+      return t;
+    }
+    // The helper and this thread scan chunks of rows until none is left; this thread then waits
+    // for it, so nothing can change the rows meanwhile (scan-helper.ts).
+    if (!scanInParallel(this.id, this.memory, this.linear.module, this.scanArgs(0, n), this.scanChunk)) this.scanFn(...this.scanArgs(0, n));
+    return t;
+  }
+
+  /** The scan's arguments for `rows` rows from row `first`. */
+  private scanArgs(first: number, rows: number): readonly [number, number, number, number, number, number] {
+    return [this.matrixOff + first * this.stride, rows, this.stride, this.queryOff, this.scalesOff + first * 4, this.scoresOff + first * 4];
+  }
+
+  private readonly scanChunk = (first: number, rows: number): void => this.scanFn(...this.scanArgs(first, rows));
+
+  /** The query's int16 codes into linear memory; returns its scale t (q ≈ t · codes). */
+  private quantizeQuery(query: Float32Array): number {
     let qmax = 0;
     for (const x of query) {
       const a = Math.abs(x);
@@ -315,19 +392,6 @@ export class VectorMatrix {
     const t = qmax > 0 && Number.isFinite(qmax) ? qmax / this.queryRange : 0;
     const codes = new Int16Array(this.memory.buffer, this.queryOff, this.stride).fill(0);
     if (t > 0) for (let i = 0; i < query.length; i++) codes[i] = Math.round(query[i]! / t);
-    const n = this.rows;
-    if (!this.linear.shared || this.alone || n < PARALLEL_FROM) {
-      this.scanFn(this.matrixOff, n, this.stride, this.queryOff, this.scalesOff, this.scoresOff);
-      return t;
-    }
-    // The helper scans the upper half while this thread scans the lower; this thread then waits
-    // for it, so nothing can change the rows meanwhile (scan-helper.ts).
-    const half = n >> 1;
-    const upper = [this.matrixOff + half * this.stride, n - half, this.stride, this.queryOff, this.scalesOff + half * 4, this.scoresOff + half * 4] as const;
-    const helped = scanInParallel(this.id, this.memory, this.linear.module, upper, () =>
-      this.scanFn(this.matrixOff, half, this.stride, this.queryOff, this.scalesOff, this.scoresOff),
-    );
-    if (!helped) this.scanFn(...upper);
     return t;
   }
 

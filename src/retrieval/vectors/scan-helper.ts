@@ -23,7 +23,14 @@ const ARGS = 2;
 const DONE = 8; // PENDING, then OK or FAILED
 const READY = 9; // 1 once the helper waits for jobs
 const JOBS = 10; // jobs done (for tests and operators)
+const NEXT = 11; // the job's next chunk of rows to claim (both threads claim with Atomics.add)
 const SLOTS = 12;
+
+/**
+ * Rows a thread claims at a time (2 MiB of 512-dimension rows): each thread takes the next chunk
+ * when it is free, so the two finish together whatever else either was doing.
+ */
+export const CHUNK_ROWS = 4096;
 
 const IDLE = 0;
 const JOB = 1;
@@ -32,9 +39,9 @@ const PENDING = 0;
 const OK = 1;
 
 /**
- * How long the serving thread waits for the helper's part. A part is half a scan (~10 ms at
- * 100,000 pages); past this the helper is taken for gone: it is stopped, and the serving thread
- * scans the part itself.
+ * How long the serving thread waits for the helper's share. A whole scan takes ~20 ms at 100,000
+ * pages; past this the helper is taken for gone: it is stopped, and the serving thread scans
+ * every row itself.
  */
 const PART_TIMEOUT_MS = 5_000;
 
@@ -63,7 +70,12 @@ for (;;) {
     if (scan) {
       const a = [];
       for (let i = 0; i < 6; i++) a.push(Atomics.load(ctl, ${ARGS} + i));
-      scan(a[0], a[1], a[2], a[3], a[4], a[5]);
+      const [matrix, rows, stride, query, scales, scores] = a;
+      const chunks = Math.ceil(rows / ${CHUNK_ROWS});
+      for (let c = Atomics.add(ctl, ${NEXT}, 1); c < chunks; c = Atomics.add(ctl, ${NEXT}, 1)) {
+        const r0 = c * ${CHUNK_ROWS};
+        scan(matrix + r0 * stride, Math.min(${CHUNK_ROWS}, rows - r0), stride, query, scales + r0 * 4, scores + r0 * 4);
+      }
       done = 1;
       Atomics.add(ctl, ${JOBS}, 1);
     }
@@ -75,7 +87,7 @@ for (;;) {
 port.close();
 `;
 
-interface Helper {
+export interface Helper {
   worker: Worker;
   port: MessagePort;
   ctl: Int32Array;
@@ -119,43 +131,91 @@ function ready(module: WebAssembly.Module): Helper | null {
   return Atomics.load(helper.ctl, READY) === 1 ? helper : null;
 }
 
+/** A part of a scan handed to the helper; `ok` once waited for (null: not yet). */
+export interface Part {
+  readonly matrixId: number;
+  readonly helper: Helper;
+  /** Rows of the scan. */
+  readonly rows: number;
+  /** True when the helper ended its share without a failure (a failed share leaves chunks unscanned). */
+  ok: boolean | null;
+}
+
+/** The one part out at a time: no other is handed over until it has been waited for. */
+let outstanding: Part | null = null;
+
+type ScanArgs = readonly [matrix: number, rows: number, stride: number, query: number, scales: number, scores: number];
+
 /**
- * Scans rows [from, from + rows) of a matrix on the helper while `own` scans the rest on this
- * thread. `memory` must be the shared memory the module was instantiated with. Returns false when
- * the helper took no part (the caller scans those rows itself); `own` has run either way.
+ * Hands a scan of a matrix's rows to the helper (`part`: the scan's arguments for all of them),
+ * which scans chunk after chunk of them until none is left; the caller claims chunks too
+ * (`shareChunks`) once it is free. Null when the helper cannot take it now (the caller scans the
+ * rows itself). `memory` must be the shared memory the module was instantiated with. Until
+ * `finish`, nothing may change the rows, the query or the scores: the matrix calls `settle`
+ * before any such change.
  */
-export function scanInParallel(
-  id: number,
-  memory: WebAssembly.Memory,
-  module: WebAssembly.Module,
-  part: readonly [matrix: number, rows: number, stride: number, query: number, scales: number, scores: number],
-  own: () => void,
-): boolean {
+export function handOver(id: number, memory: WebAssembly.Memory, module: WebAssembly.Module, part: ScanArgs): Part | null {
+  if (outstanding) return null;
   const h = ready(module);
-  if (!h || sharedModule !== module || Atomics.load(h.ctl, STATE) !== IDLE) {
-    own();
-    return false;
-  }
+  if (!h || sharedModule !== module || Atomics.load(h.ctl, STATE) !== IDLE) return null;
   if (!h.held.has(id)) {
     h.port.postMessage({ add: id, memory });
     h.held.add(id);
   }
   Atomics.store(h.ctl, DONE, PENDING);
   Atomics.store(h.ctl, MATRIX, id);
+  Atomics.store(h.ctl, NEXT, 0);
   for (let i = 0; i < 6; i++) Atomics.store(h.ctl, ARGS + i, part[i]!);
-  if (Atomics.compareExchange(h.ctl, STATE, IDLE, JOB) !== IDLE) {
-    own();
-    return false;
-  }
+  if (Atomics.compareExchange(h.ctl, STATE, IDLE, JOB) !== IDLE) return null;
   Atomics.notify(h.ctl, STATE);
-  own();
-  if (Atomics.wait(h.ctl, DONE, PENDING, PART_TIMEOUT_MS) === 'timed-out') {
+  return (outstanding = { matrixId: id, helper: h, ok: null, rows: part[1] });
+}
+
+/** This thread scans the chunks of a handed-over scan the helper has not claimed (`own(first row, rows)`). */
+export function shareChunks(part: Part, own: (first: number, rows: number) => void): void {
+  const chunks = Math.ceil(part.rows / CHUNK_ROWS);
+  for (let c = Atomics.add(part.helper.ctl, NEXT, 1); c < chunks; c = Atomics.add(part.helper.ctl, NEXT, 1)) {
+    const first = c * CHUNK_ROWS;
+    own(first, Math.min(CHUNK_ROWS, part.rows - first));
+  }
+}
+
+/** Waits (blocking) for a part handed over; true when the helper scanned it. */
+export function finish(part: Part): boolean {
+  if (part.ok !== null) return part.ok;
+  if (outstanding === part) outstanding = null;
+  if (Atomics.wait(part.helper.ctl, DONE, PENDING, PART_TIMEOUT_MS) === 'timed-out') {
     // Gone, or starved past any use: never handed a job again (its late writes, if any, land
     // before the caller's own scan of the part overwrites them with the same values).
-    stopHelper();
+    part.ok = false;
+    if (helper === part.helper) stopHelper();
     return false;
   }
-  return Atomics.load(h.ctl, DONE) === OK;
+  part.ok = Atomics.load(part.helper.ctl, DONE) === OK;
+  return part.ok;
+}
+
+/** Waits for the part of matrix `id` the helper may be scanning (before its rows, query or scores change). */
+export function settle(id: number): void {
+  if (outstanding?.matrixId === id) finish(outstanding);
+}
+
+/**
+ * Scans a matrix's rows on the helper and this thread together (`own(first row, rows)` scans a
+ * chunk here) and waits for both. Returns false when the helper took no part or failed its share:
+ * the caller scans every row itself.
+ */
+export function scanInParallel(
+  id: number,
+  memory: WebAssembly.Memory,
+  module: WebAssembly.Module,
+  part: ScanArgs,
+  own: (first: number, rows: number) => void,
+): boolean {
+  const handed = handOver(id, memory, module, part);
+  if (!handed) return false;
+  shareChunks(handed, own);
+  return finish(handed);
 }
 
 /**
@@ -176,6 +236,8 @@ export function releaseMatrix(id: number): void {
 export function stopHelper(): void {
   const h = helper;
   if (!h) return;
+  // A part out is waited for: stopped mid-part, the helper would never say it was done.
+  if (outstanding && outstanding.helper === h) finish(outstanding);
   helper = null;
   h.gone = true;
   Atomics.store(h.ctl, STATE, STOP);
