@@ -19,7 +19,7 @@ import { createTestDatabase, testEngines } from '../support/engines.js';
 import { waitForVectors } from '../support/embeddings-server.js';
 import { expectStatus } from '../support/expect.js';
 import { postJson } from '../support/imports.js';
-import { prng } from '../support/random.js';
+import { prng, unitVector } from '../support/random.js';
 import { Client, createAgentWithKey, createReaderAgent, signupHuman, startServerOn, startTestServer, type TestServer } from '../support/server.js';
 
 /**
@@ -531,18 +531,6 @@ describe.each(testEngines())('attack r: archived sections in keyword search, and
 /* ------------------------------------------------------------------------------------------ */
 /* 3a. The matrix and its helper thread, in-process                                          */
 /* ------------------------------------------------------------------------------------------ */
-
-function unitVector(rnd: () => number, dims: number): Float32Array {
-  const v = new Float32Array(dims);
-  let s = 0;
-  for (let i = 0; i < dims; i++) {
-    v[i] = rnd() * 2 - 1;
-    s += v[i]! * v[i]!;
-  }
-  const k = 1 / Math.sqrt(s);
-  for (let i = 0; i < dims; i++) v[i]! *= k;
-  return v;
-}
 
 /** A matrix and its twin that scans alone (disposed before its first scan), filled alike. */
 function twins(rows: number, dims: number, seed: number) {

@@ -2,19 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { hashTag } from '../../src/retrieval/embed-text.js';
 import { PARALLEL_FROM, quantizedScore, selectTop, VectorMatrix } from '../../src/retrieval/vectors/matrix.js';
 import { helperStats, stopHelper } from '../../src/retrieval/vectors/scan-helper.js';
-import { prng } from '../support/random.js';
-
-function unitVector(rnd: () => number, dims: number): Float32Array {
-  const v = new Float32Array(dims);
-  let s = 0;
-  for (let i = 0; i < dims; i++) {
-    v[i] = rnd() * 2 - 1;
-    s += v[i]! * v[i]!;
-  }
-  const k = 1 / Math.sqrt(s);
-  for (let i = 0; i < dims; i++) v[i]! *= k;
-  return v;
-}
+import { prng, unitVector } from '../support/random.js';
 
 interface Row {
   pageId: string;

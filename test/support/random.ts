@@ -9,3 +9,16 @@ export function prng(seed: number): () => number {
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
+
+/** A random unit vector of `dims` components from `rnd` (components uniform in [-1, 1), then normalised). */
+export function unitVector(rnd: () => number, dims: number): Float32Array {
+  const v = new Float32Array(dims);
+  let s = 0;
+  for (let i = 0; i < dims; i++) {
+    v[i] = rnd() * 2 - 1;
+    s += v[i]! * v[i]!;
+  }
+  const k = 1 / Math.sqrt(s);
+  for (let i = 0; i < dims; i++) v[i]! *= k;
+  return v;
+}
