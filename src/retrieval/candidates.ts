@@ -7,6 +7,7 @@ import { hashTag, textHash, windowEmbedText } from './embed-text.js';
 import { fts5Match, pgRank, pgTsQuery } from './keyword.js';
 import { hasKeywordIndex, keywordTable } from './keyword-index.js';
 import type { DocCounts, IdSpan, KeywordPlan } from './keyword-plan.js';
+import type { RowHit } from './vectors/matrix.js';
 
 /**
  * Keyword matches ranked by the index alone before joins and filters (SQLite): four per
@@ -435,12 +436,14 @@ export async function vectorCandidates(
   if (allowed === null) return [];
   const m = await ctx.retrieval.matrix(p.workspaceId);
   if (!m || m.dims !== query.length) return [];
-  const total = m.rows;
   const w = where(p, scope, allowed);
   const out: Candidate[] = [];
   // Each window gives at least one section: `limit` windows usually suffice; more only when filters drop some.
   let k = Math.max(limit, 50);
-  let seen = 0;
+  // Windows already looked at, by what they are (not by rank: rows may go or come between two
+  // rounds, and a row that moved up into the part read before would never be looked at; attack
+  // of session r).
+  const looked = new Set<string>();
   let pending = started ? m.begin(query) : null;
   if (started) {
     started();
@@ -448,10 +451,11 @@ export async function vectorCandidates(
     if (pending) await new Promise((resolve) => setImmediate(resolve));
   }
   for (;;) {
-    const hits = pending ? m.topOf(pending, query, Math.min(k, total)) : m.top(query, Math.min(k, total));
+    const hits = pending ? m.topOf(pending, query, Math.min(k, m.rows)) : m.top(query, Math.min(k, m.rows));
     pending = null;
-    const batch = hits.slice(seen);
-    seen = hits.length;
+    const windowKey = (h: RowHit) => `${h.pageId}\u0000${h.ord}\u0000${h.last}\u0000${h.tag}`;
+    const batch = hits.filter((h) => !looked.has(windowKey(h)));
+    for (const h of batch) looked.add(windowKey(h));
     for (let i = 0; i < batch.length; i += 400) {
       const part = batch.slice(i, i + 400);
       // Only the windows' own sections, each read once however many windows share its page.
@@ -478,7 +482,8 @@ export async function vectorCandidates(
       }
     }
     // Narrow scopes in a large workspace: stop after the nearest VECTOR_SCAN_CAP rows (keyword search covers the rest).
-    if (out.length >= limit || seen >= total || k >= VECTOR_SCAN_CAP) return out.slice(0, limit);
+    // A later round may find windows that rank above earlier ones (they moved up): best first again.
+    if (out.length >= limit || hits.length >= m.rows || k >= VECTOR_SCAN_CAP) return out.sort((a, b) => b.score - a.score).slice(0, limit);
     k *= 8;
   }
 }

@@ -144,6 +144,8 @@ export async function vectorList(
   started?: () => void,
 ): Promise<Candidate[] | null> {
   try {
+    // The keyword list held back for the scan does not wait on a remote provider's answer too.
+    if (started && !ctx.retrieval.embedsAtOnce(q)) started();
     let qv: Float32Array;
     try {
       qv = await ctx.retrieval.embedQuery(q);

@@ -115,6 +115,14 @@ export class RetrievalRuntime {
     }
   }
 
+  /**
+   * Whether the query's vector comes without waiting on anything: cached, or made here by the
+   * builtin provider. (A remote provider's answer is worth running other work beside.)
+   */
+  embedsAtOnce(q: string): boolean {
+    return this.provider.provider === 'builtin' || this.queryCache.has(q);
+  }
+
   /** Embeds a search query (cached: agents repeat themselves). Throws EmbeddingUnavailableError on an outage. */
   async embedQuery(q: string): Promise<Float32Array> {
     const hit = this.queryCache.get(q);

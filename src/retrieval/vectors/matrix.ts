@@ -288,7 +288,9 @@ export class VectorMatrix {
 
   /** The `k` rows `top` gives, from a scan begun with `begin`: this thread scans what the helper has not taken yet. */
   topOf(pending: PendingScan, query: Float32Array, k: number): RowHit[] {
-    const current = pending.query === query && pending.scans === this.scans && pending.mutations === this.mutations && pending.n === this.rows;
+    // Finished already (a second call, or waited for by a change or a stop), or anything moved.
+    const current =
+      pending.part.ok === null && pending.query === query && pending.scans === this.scans && pending.mutations === this.mutations && pending.n === this.rows;
     if (!current || k <= 0) {
       finish(pending.part);
       return this.top(query, k);

@@ -184,6 +184,8 @@ export function shareChunks(part: Part, own: (first: number, rows: number) => vo
 export function finish(part: Part): boolean {
   if (part.ok !== null) return part.ok;
   if (outstanding === part) outstanding = null;
+  // Its thread ended (seen while the caller awaited other work): it will never say it is done.
+  if (part.helper.gone) return (part.ok = false);
   if (Atomics.wait(part.helper.ctl, DONE, PENDING, PART_TIMEOUT_MS) === 'timed-out') {
     // Gone, or starved past any use: never handed a job again (its late writes, if any, land
     // before the caller's own scan of the part overwrites them with the same values).
