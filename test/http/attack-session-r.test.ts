@@ -558,6 +558,8 @@ async function helperUp(m: VectorMatrix, dims: number): Promise<void> {
     await sleep(10);
   }
   expect(helperStats().running).toBe(true);
+  // One scan with the helper running: the loop's last may have run before it was.
+  m.scan(q, 1);
 }
 
 const threads = () => fs.readdirSync('/proc/self/task').length;
