@@ -40,7 +40,7 @@ export interface RowHit {
   score: number;
 }
 
-/** A scan begun by `VectorMatrix.begin`, the helper scanning its upper half. */
+/** A scan begun by `VectorMatrix.begin`, the helper claiming chunks of its rows. */
 export interface PendingScan {
   readonly query: Float32Array;
   /** The query's scale in the scan. */
@@ -179,8 +179,7 @@ export class VectorMatrix {
 
   /** Sets a page's vectors (one per window of sections), replacing what it had. */
   setPage(pageId: string, vectors: { ord: number; last?: number; vec: Float32Array; tag: number }[]): void {
-    settle(this.id);
-    this.mutations++;
+    // removePage waits for the helper and counts the change first.
     this.removePage(pageId);
     if (vectors.length === 0) return;
     for (const { ord, last, vec, tag } of vectors) {
@@ -270,7 +269,7 @@ export class VectorMatrix {
   }
 
   /**
-   * Begins a scan whose upper half the helper thread runs while the caller does other work (a
+   * Begins a scan whose rows the helper thread claims chunk by chunk while the caller does other work (a
    * hybrid search's keyword statements), to be finished by `topOf`; null when there is no helper
    * to hand it to (the caller then calls `top`). Nothing is held: a change of the rows or another
    * scan meanwhile only makes `topOf` scan again.
@@ -278,7 +277,7 @@ export class VectorMatrix {
   begin(query: Float32Array): PendingScan | null {
     const n = this.rows;
     this.checkQuery(query);
-    if (!this.linear.shared || this.alone || n < PARALLEL_FROM) return null;
+    if (!this.helped(n)) return null;
     settle(this.id);
     const t = this.quantizeQuery(query);
     const part = handOver(this.id, this.memory, this.linear.module, this.scanArgs(0, n));
@@ -367,7 +366,7 @@ export class VectorMatrix {
     this.scans++;
     const t = this.quantizeQuery(query);
     const n = this.rows;
-    if (!this.linear.shared || this.alone || n < PARALLEL_FROM) {
+    if (!this.helped(n)) {
       this.scanFn(this.matrixOff, n, this.stride, this.queryOff, this.scalesOff, this.scoresOff);
       return t;
     }
@@ -375,6 +374,11 @@ export class VectorMatrix {
     // for it, so nothing can change the rows meanwhile (scan-helper.ts).
     if (!scanInParallel(this.id, this.memory, this.linear.module, this.scanArgs(0, n), this.scanChunk)) this.scanFn(...this.scanArgs(0, n));
     return t;
+  }
+
+  /** Whether a scan of `n` rows is shared with the helper thread. */
+  private helped(n: number): boolean {
+    return this.linear.shared && !this.alone && n >= PARALLEL_FROM;
   }
 
   /** The scan's arguments for `rows` rows from row `first`. */

@@ -6,10 +6,11 @@ import { MessageChannel, type MessagePort, Worker } from 'node:worker_threads';
  *
  * A scan of the whole int8 matrix is bound by memory bandwidth (240,000 rows × 512 bytes: ~21 ms
  * on one core here, ~7 GB/s); two threads reading halves took ~11. The serving thread hands the
- * helper the upper rows through a shared control block, scans the lower rows itself, then
- * blocks (Atomics.wait) until the helper is done: the scan stays synchronous, so nothing on the
+ * helper the scan through a shared control block, both claim chunks of rows from one counter,
+ * and the serving thread then blocks (Atomics.wait) until the helper is done, so nothing on the
  * serving thread (a write to the matrix, a growth that moves its rows) can run while the helper
- * reads the rows. The helper runs the same WebAssembly code on the same shared memory, so the
+ * reads the rows; a scan begun for later (`VectorMatrix.begin`) is waited for (`settle`) before
+ * any such change. The helper runs the same WebAssembly code on the same shared memory, so the
  * scores are the ones one thread would write, to the bit.
  *
  * When the helper cannot take a part (not started yet, busy, gone, or it fails), the serving
