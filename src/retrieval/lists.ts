@@ -117,16 +117,18 @@ export async function keywordList(ctx: RetrievalContext, p: Principal, scope: Sc
     if (all.length > 0) return all;
     return Object.assign(await run('OR', terms), { weak, anyWord: true });
   }
-  const any = await run('OR', terms);
-  // When the plan left words out (too frequent to score them all), the sections holding every
-  // word may be none of the matches it ranked (old ones, say): those come from the all-words
-  // plan, bounded by the rarest word, and join the list.
+  // When the any-word plan leaves words out (too frequent to score them all), the sections
+  // holding every word may be none of the matches it ranks (old ones, say): those come from the
+  // all-words plan, bounded by the rarest word, and join the list. Both plans are known from the
+  // counts, so both run at once: on PostgreSQL each waits on its own connection (one after the
+  // other, they were most of a slow query's time at 100,000 pages; issue 18).
   const kept = planFor('OR', terms).terms;
   const rare = terms.filter((t) => (docs.get(t) ?? 0) <= COMMON_DOCS);
+  const [any, all] = await Promise.all([run('OR', terms), kept.length < rare.length ? run('AND', terms) : null]);
   let list = any;
-  if (kept.length < rare.length) {
+  if (all) {
     const seen = new Set(any.map((c) => `${c.page_id}\u0000${c.ord}`));
-    list = [...any, ...(await run('AND', terms)).filter((c) => !seen.has(`${c.page_id}\u0000${c.ord}`))];
+    list = [...any, ...all.filter((c) => !seen.has(`${c.page_id}\u0000${c.ord}`))];
   }
   return Object.assign(byCoverage(list, terms).slice(0, limit), { weak, anyWord: true });
 }

@@ -453,6 +453,26 @@ describe.each(testEngines())('keyword plans against a real index (%s)', (engine)
     else expect(pathsOf(list)).not.toContain('bud/best.md');
   });
 
+  it('keywordList: a section holding every word joins the any-word list that left one of them out', async () => {
+    // `quillfrond` is in more sections than the engine's any-word budget, so the any-word plan
+    // keeps only `tessapine`, and its ten best are among the 30 newer sections that say it three
+    // times: the old section holding both words comes from the all-words plan (run beside it).
+    // As long as theirs, with `tessapine` twice where they say it three times.
+    await write({ path: 'join/both.md', title: 'Ys', body: '## B 1\n\ntessapine tessapine quillfrond 1\n' });
+    const over = (sqlite ? ANY_WORD_BUDGET : PG_ANY_WORD_BUDGET) + 50;
+    await write({ path: 'join/many.md', title: 'Many', body: Array.from({ length: over }, (_, i) => `## E ${i}\n\nA quillfrond, ${i}.\n`).join('\n') });
+    await write({ path: 'join/y.md', title: 'Ys', body: Array.from({ length: 30 }, (_, i) => `## Y ${i}\n\ntessapine tessapine tessapine ${i}\n`).join('\n') });
+    const docs = await termDocCounts(s.ctx.store, ['quillfrond', 'tessapine'], { workspaceId: agent.workspaceId, ceiling: 'confidential' });
+    const plan = sqlite ? keywordPlan(['quillfrond', 'tessapine'], 'OR', docs, ANY_WORD_BUDGET) : pgKeywordPlan(['quillfrond', 'tessapine'], 'OR', docs);
+    expect(plan.terms).toEqual(['tessapine']);
+    const anyOnly = await keywordCandidates(s.ctx, agent, scope(), plan, 10, docs);
+    expect(pathsOf(anyOnly)).not.toContain('join/both.md');
+    const list = await keywordList(s.ctx, agent, scope(), ['quillfrond', 'tessapine'], 10);
+    expect(list.anyWord).toBe(true);
+    expect(pathsOf(list)).toContain('join/both.md');
+    expect(list.every((c) => c.path === 'join/both.md' || c.path === 'join/y.md')).toBe(true);
+  });
+
   it('ranks as bm25 on both engines: three of the words in a section’s text outrank one in a title', async () => {
     // bm25 weighs a title occurrence about twice a text one once saturated (FTS5's column weights
     // 10 and 1); PostgreSQL's earlier saturated ts_rank_cd weighed it five times, so one title

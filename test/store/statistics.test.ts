@@ -110,4 +110,42 @@ describe.skipIf(!testEngines().includes('postgres'))('planner statistics (postgr
     expect(await vacuumed('page_sections')).toBeGreaterThan(before);
     expect(await dead('page_sections')).toBeLessThan(1_000);
   }, 120_000);
+
+  it('a table that only grew by a fifth (a bulk load: no dead rows) is vacuumed by the service, its pages then all-visible', async () => {
+    const human = await signupHuman(s.url, 'Grow');
+    const agent = await createAgentWithKey(human.client, [{ action: 'read' }, { action: 'write' }]);
+    const stat = async (column: 'vacuum_count' | 'n_ins_since_vacuum' | 'n_live_tup' | 'n_dead_tup') =>
+      Number((await c.query<{ n: string }>(`select ${column} as n from pg_stat_user_tables where relname = 'page_sections'`)).rows[0]?.n ?? 0);
+    // Start from a vacuumed table, so what follows is inserts alone.
+    await c.query('vacuum page_sections');
+    const before = await stat('vacuum_count');
+    const live = Number((await c.query<{ n: string }>(`select count(*) as n from page_sections`)).rows[0]!.n);
+    // More than 1,000 sections, and more than a fifth of the table: three per page.
+    const pages = Math.max(400, Math.ceil(live / 15) + 10);
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: 6 }, async () => {
+        while (next < pages) {
+          const n = next++;
+          const r = await agent.client.post('/api/v1/nodes', {
+            path: `grow/p${n}.md`,
+            content: `# Page ${n}\n\none ${n}\n\n## Two\n\ntwo ${n}\n\n## Three\n\nthree ${n}\n`,
+          });
+          expect(r.status, r.text).toBe(201);
+        }
+      }),
+    );
+    expect(await stat('n_dead_tup')).toBeLessThan(1_000);
+    // The counts show within seconds; then a round (the test's or the node's own timer's) vacuums.
+    for (let i = 0; i < 120 && (await stat('vacuum_count')) <= before; i++) {
+      await s.statistics.tick();
+      if ((await stat('vacuum_count')) <= before) await new Promise((r) => setTimeout(r, 500));
+    }
+    expect(await stat('vacuum_count')).toBeGreaterThan(before);
+    // What the vacuum is for: the table's pages marked all-visible (index-only reads, no hint bits to set).
+    const vis = (
+      await c.query<{ pages: number; visible: number }>(`select relpages as pages, relallvisible as visible from pg_class where relname = 'page_sections'`)
+    ).rows[0]!;
+    expect(vis.visible).toBeGreaterThan(vis.pages * 0.9);
+  }, 120_000);
 });
