@@ -27,6 +27,11 @@ export interface Store {
   assertWritable(): void;
   /** That failure, or null. */
   syncFailure(): Error | null;
+  /**
+   * PostgreSQL: a connection of its own, outside the pool and with no query timeout, for
+   * maintenance that may run for minutes (VACUUM); the caller ends it. SQLite: null.
+   */
+  maintenanceClient(): Promise<pg.Client | null>;
   /** Group-commit figures (SQLite): syncs made, commits they made durable, background checkpoints run. */
   syncStats(): { syncs: number; commits: number; checkpoints: number } | null;
   /**
@@ -101,6 +106,13 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
       assertWritable: () => {},
       syncFailure: () => null,
       syncStats: () => null,
+      maintenanceClient: async () => {
+        const client = new pg.Client({ connectionString: opts.databaseUrl, connectionTimeoutMillis: CONNECT_TIMEOUT_MS, keepAlive: true });
+        // A dropped connection fails its query; it must not crash the process.
+        client.on('error', () => {});
+        await client.connect();
+        return client;
+      },
       ownCommits: () => 0,
       othersCommits: async () => (await pool.query<{ s: string }>(snapshot)).rows[0]?.s ?? null,
       close: () => db.destroy(),
@@ -156,6 +168,7 @@ export async function openStore(opts: StoreOptions): Promise<Store> {
     },
     syncFailure: () => syncer?.failure ?? null,
     syncStats: () => ({ syncs: syncer?.syncs ?? 0, commits: syncer?.commits ?? 0, checkpoints: checkpointer.runs }),
+    maintenanceClient: () => Promise.resolve(null),
     ownCommits: () => commits,
     othersCommits: () => (file.open ? (dataVersion.get() as number) : null),
     close: async () => {

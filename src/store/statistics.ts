@@ -1,4 +1,4 @@
-import { sql } from 'kysely';
+import { sql, type RawBuilder } from 'kysely';
 import type { Executor, Store } from './db.js';
 
 /**
@@ -20,8 +20,11 @@ export const CHECK_MS = 15_000;
 const MIN_CHANGES = 200;
 /** ...and at least one in this many of its rows. */
 const CHANGED_ONE_IN = 10;
-/** The advisory lock one node holds while it analyzes (migrations use 7714201). */
-const LOCK_KEY = 7714202;
+/**
+ * The advisory lock one node holds while it analyzes (migrations use 7714201, sign-ups without an
+ * invite 7714202: sharing that key made a sign-up wait for an ANALYZE, and an ANALYZE round skip).
+ */
+const LOCK_KEY = 7714204;
 /** ...and while it vacuums (a session lock: VACUUM runs outside transactions). */
 const VACUUM_LOCK_KEY = 7714203;
 /** A table is vacuumed once it holds this many dead row versions... */
@@ -65,8 +68,15 @@ export class StatisticsKeeper {
     this.stopping = true;
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
-    // A VACUUM stopped half-way loses nothing; waiting for it would hold the shutdown.
-    if (this.vacuumPid !== undefined) await sql`select pg_cancel_backend(${this.vacuumPid})`.execute(this.store.db).catch(() => undefined);
+    // A VACUUM stopped half-way loses nothing; waiting for it would hold the shutdown. Only the
+    // backend still holding the vacuum's lock is cancelled: by the time a pooled connection is
+    // free for this, the vacuum may have ended and its process id may serve someone else.
+    if (this.vacuumPid !== undefined) {
+      await sql`select pg_cancel_backend(pid) from pg_locks
+        where locktype = 'advisory' and classid = 0 and objid = ${VACUUM_LOCK_KEY} and objsubid = 1 and granted and pid = ${this.vacuumPid}`
+        .execute(this.store.db)
+        .catch(() => undefined);
+    }
     await this.running?.catch(() => undefined);
   }
 
@@ -87,29 +97,41 @@ export class StatisticsKeeper {
    * Tables where more than a fifth of the rows are dead versions (a bulk rewrite, a migration's
    * update) or were inserted since the last vacuum (a bulk load, MIN_INSERTED) are vacuumed:
    * dead versions and the full-text index's pending entries made keyword search about twice as
-   * slow until autovacuum came (or forever, with it off). VACUUM cannot
-   * run in a transaction, so one connection holds a session-level advisory lock meanwhile.
+   * slow until autovacuum came (or forever, with it off).
+   * VACUUM runs outside transactions, for minutes on a large table: on a connection of its own
+   * (Store.maintenanceClient), never the pool's, whose query timeout gave up on a long vacuum and
+   * handed the still-busy connection, advisory lock and all, to the next request (an attack,
+   * test/http/attack-session-s.test.ts). That connection holds a session-level advisory lock, so
+   * one node vacuums at a time, and is closed after the round.
    */
   private async vacuumRound(): Promise<string[]> {
-    return this.store.db.connection().execute(async (conn) => {
-      const lock = await sql<{ ok: boolean }>`select pg_try_advisory_lock(${VACUUM_LOCK_KEY}) as ok`.execute(conn);
+    const due = async (find: Finder) =>
+      [...new Set([...(await find('n_dead_tup', MIN_DEAD, DEAD_ONE_IN)), ...(await find('n_ins_since_vacuum', MIN_INSERTED, INSERTED_ONE_IN))])].sort();
+    // Looked at through the pool first: most rounds find nothing and open no connection.
+    if ((await due((...a) => tablesPast(this.store.db, ...a))).length === 0 || this.stopping) return [];
+    const client = await this.store.maintenanceClient();
+    if (!client) return [];
+    try {
+      const lock = await client.query<{ ok: boolean }>('select pg_try_advisory_lock($1) as ok', [VACUUM_LOCK_KEY]);
       if (!lock.rows[0]?.ok) return [];
-      try {
-        const names = [
-          ...new Set([
-            ...(await tablesPast(conn, 'n_dead_tup', MIN_DEAD, DEAD_ONE_IN)),
-            ...(await tablesPast(conn, 'n_ins_since_vacuum', MIN_INSERTED, INSERTED_ONE_IN)),
-          ]),
-        ].sort();
-        if (names.length === 0 || this.stopping) return [];
-        this.vacuumPid = (await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(conn)).rows[0]?.pid;
-        for (const name of names) await sql`vacuum (analyze) ${sql.id(name)}`.execute(conn);
-        return names;
-      } finally {
-        this.vacuumPid = undefined;
-        await sql`select pg_advisory_unlock(${VACUUM_LOCK_KEY})`.execute(conn);
+      const names = await due(async (...a) => {
+        const q = pastQuery(...a).compile(this.store.db);
+        return (await client.query<{ relname: string }>(q.sql, [...q.parameters])).rows.map((r) => r.relname);
+      });
+      this.vacuumPid = (await client.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]?.pid;
+      const done: string[] = [];
+      for (const name of names) {
+        // A cancel that lands between two statements is lost: look before each.
+        if (this.stopping) break;
+        await client.query(`vacuum (analyze) ${client.escapeIdentifier(name)}`);
+        done.push(name);
       }
-    });
+      return done;
+    } finally {
+      this.vacuumPid = undefined;
+      // Closing the session releases its advisory lock.
+      await client.end().catch(() => undefined);
+    }
   }
 
   private async analyzeRound(): Promise<string[]> {
@@ -123,12 +145,19 @@ export class StatisticsKeeper {
   }
 }
 
+type Counted = 'n_dead_tup' | 'n_mod_since_analyze' | 'n_ins_since_vacuum';
+/** The tables past a count, however the statement is run. */
+type Finder = (column: Counted, min: number, oneIn: number) => Promise<string[]>;
+
 /** The schema's tables whose `column` (a row count of pg_stat_user_tables) is at least `min` and one in `oneIn` of their live rows. */
-async function tablesPast(db: Executor, column: 'n_dead_tup' | 'n_mod_since_analyze' | 'n_ins_since_vacuum', min: number, oneIn: number): Promise<string[]> {
+function pastQuery(column: Counted, min: number, oneIn: number): RawBuilder<{ relname: string }> {
   const c = sql.ref(column);
-  const r = await sql<{ relname: string }>`
+  return sql<{ relname: string }>`
     select relname from pg_stat_user_tables
     where schemaname = current_schema() and ${c} >= ${min} and ${c} * ${oneIn} >= n_live_tup
-    order by relname`.execute(db);
-  return r.rows.map((x) => x.relname);
+    order by relname`;
+}
+
+async function tablesPast(db: Executor, column: Counted, min: number, oneIn: number): Promise<string[]> {
+  return (await pastQuery(column, min, oneIn).execute(db)).rows.map((x) => x.relname);
 }
