@@ -50,6 +50,9 @@ import { Client, createReaderAgent, onNode, signupHuman, startServerOn, startTes
  *   the VACUUM (until it ends, or 60 s and a 503). Test: "a vacuum that outlasts the pool's query
  *   timeout …", with the timeout scaled to 1 s for the keeper's two statements (measured: a search
  *   waited 4 s, exactly until the test let the VACUUM finish).
+ * FIXED in c49fb58: VACUUM runs on a connection of its own (Store.maintenanceClient: outside the
+ *   pool, no query timeout, closed after the round, which releases its lock); stop() cancels only
+ *   a backend still holding the vacuum's lock, and the round stops between tables once stopping.
  * Held: the all-words plan runs beside the any-word plan (on PostgreSQL the two statements
  *   overlap) and what it adds is answered; on both engines every result of fts and hybrid search,
  *   the bundle (GET, POST, include_links) and MCP (context_search, context_bundle, search) is
