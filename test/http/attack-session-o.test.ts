@@ -5,6 +5,7 @@ import { stateWithPageStatement } from '../../src/auth/resolve.js';
 import { hashSecret } from '../../src/auth/secrets.js';
 import type { RunningServer } from '../../src/server.js';
 import { testEngines } from '../support/engines.js';
+import { mcpCall } from '../support/mcp-call.js';
 import {
   Client,
   createAgentWithKey,
@@ -60,24 +61,6 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const clock = () => performance.now();
 
 const expectOk = (r: Res, status = 200) => expect(r.status, r.text.slice(0, 300)).toBe(status);
-
-/** One MCP tool call over raw HTTP (stateless: no initialize needed). */
-async function mcpCall(base: string, key: string, name: string, args: Record<string, unknown>): Promise<{ status: number; isError: boolean; text: string }> {
-  const res = await fetch(`${base}/mcp`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name, arguments: args } }),
-  });
-  const text = await res.text();
-  let isError = res.status !== 200;
-  try {
-    const j = JSON.parse(text) as { result?: { isError?: boolean }; error?: unknown };
-    if (j.error || j.result?.isError) isError = true;
-  } catch {
-    isError = true;
-  }
-  return { status: res.status, isError, text };
-}
 
 /** A page's text at version `v`: a marker in its first section and another in its `Part` section. */
 const body = (v: number, level = 'internal', extra = '') =>

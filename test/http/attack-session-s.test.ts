@@ -7,6 +7,7 @@ import type { Dialect } from '../../src/store/db.js';
 import { createTestDatabase, testEngines, type TestDatabase } from '../support/engines.js';
 import { expectStatus } from '../support/expect.js';
 import { Client, createReaderAgent, onNode, signupHuman, startServerOn, startTestServer, type Res, type TestServer } from '../support/server.js';
+import { mcpCall } from '../support/mcp-call.js';
 
 /**
  * Attack session s, on commit 2ef811b:
@@ -191,27 +192,6 @@ function watchPlans(s: RunningServer, engine: Dialect) {
 /* ------------------------------------------------------------------------------------------ */
 /* Helpers                                                                                     */
 /* ------------------------------------------------------------------------------------------ */
-
-/** One MCP tool call over raw HTTP (stateless). */
-async function mcpCall(base: string, key: string, name: string, args: Record<string, unknown>): Promise<{ status: number; isError: boolean; text: string }> {
-  const res = await fetch(`${base}/mcp`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name, arguments: args } }),
-  });
-  const text = await res.text();
-  let isError = res.status !== 200;
-  try {
-    const j = JSON.parse(text.startsWith('event:') || text.startsWith('data:') ? text.replace(/^[\s\S]*?data: /, '') : text) as {
-      result?: { isError?: boolean };
-      error?: unknown;
-    };
-    if (j.error || j.result?.isError) isError = true;
-  } catch {
-    isError = true;
-  }
-  return { status: res.status, isError, text };
-}
 
 const FREQ = 'quillfrond';
 const RARE = 'tessapine';
