@@ -427,8 +427,8 @@ export async function vectorCandidates(
   limit: number,
   /**
    * Other work waits to run beside this (a hybrid search's keyword list, lists.ts hybridLists),
-   * and this is called when it may: once the helper thread scans its half of the matrix, this
-   * thread lets that work run, then scans its own half. Alone, both halves at once are quicker.
+   * and this is called when it may: once the helper thread is claiming chunks of the matrix, this
+   * thread lets that work run, then claims what is left.
    */
   started?: () => void,
 ): Promise<Candidate[]> {
@@ -444,6 +444,7 @@ export async function vectorCandidates(
   // rounds, and a row that moved up into the part read before would never be looked at; attack
   // of session r).
   const looked = new Set<string>();
+  const windowKey = (h: RowHit) => `${h.pageId}\u0000${h.ord}\u0000${h.last}\u0000${h.tag}`;
   let pending = started ? m.begin(query) : null;
   if (started) {
     started();
@@ -453,7 +454,6 @@ export async function vectorCandidates(
   for (;;) {
     const hits = pending ? m.topOf(pending, query, Math.min(k, m.rows)) : m.top(query, Math.min(k, m.rows));
     pending = null;
-    const windowKey = (h: RowHit) => `${h.pageId}\u0000${h.ord}\u0000${h.last}\u0000${h.tag}`;
     const batch = hits.filter((h) => !looked.has(windowKey(h)));
     for (const h of batch) looked.add(windowKey(h));
     for (let i = 0; i < batch.length; i += 400) {

@@ -145,8 +145,8 @@ async function runSearch(ctx: RetrievalContext, p: Principal, opts: SearchOption
 
   // Keyword alone needs only enough sections for `limit` pages; fusion looks deeper.
   const kwDepth = opts.mode === 'fts' ? Math.max(50, 5 * opts.limit) : Math.max(CANDIDATES, 5 * opts.limit);
-  // The two lists at once: the keyword one runs while the helper thread scans its half of the
-  // matrix, or waits on the database (PostgreSQL), so hybrid takes less than their sum.
+  // The two lists at once: the keyword one runs while the helper thread scans the matrix, or
+  // waits on the database (PostgreSQL), so hybrid takes less than their sum.
   const vectorDepth = Math.max(VECTOR_DEPTH, 2 * opts.limit);
   const [vecList, kwSections] =
     opts.mode === 'hybrid'

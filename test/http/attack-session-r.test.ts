@@ -19,7 +19,8 @@ import { createTestDatabase, testEngines } from '../support/engines.js';
 import { waitForVectors } from '../support/embeddings-server.js';
 import { expectStatus } from '../support/expect.js';
 import { postJson } from '../support/imports.js';
-import { prng, unitVector } from '../support/random.js';
+import { helperUp, matrixTwins, showHits } from '../support/matrix-twins.js';
+import { unitVector } from '../support/random.js';
 import { Client, createAgentWithKey, createReaderAgent, signupHuman, startServerOn, startTestServer, type TestServer } from '../support/server.js';
 
 /**
@@ -532,35 +533,8 @@ describe.each(testEngines())('attack r: archived sections in keyword search, and
 /* 3a. The matrix and its helper thread, in-process                                          */
 /* ------------------------------------------------------------------------------------------ */
 
-/** A matrix and its twin that scans alone (disposed before its first scan), filled alike. */
-function twins(rows: number, dims: number, seed: number) {
-  const rnd = prng(seed);
-  const m = new VectorMatrix(dims, rows);
-  const alone = new VectorMatrix(dims, rows);
-  alone.dispose();
-  const perPage = 7;
-  for (let p = 0; p * perPage < rows; p++) {
-    const vecs = Array.from({ length: Math.min(perPage, rows - p * perPage) }, (_, j) => ({ ord: j, vec: unitVector(rnd, dims), tag: (p * 31 + j) >>> 0 }));
-    m.setPage(`p${p}`, vecs);
-    alone.setPage(`p${p}`, vecs);
-  }
-  return { m, alone, rnd };
-}
-
-/** Hits as exact strings (NaN, -0 and infinities included). */
-const show = (hits: { pageId: string; ord: number; last: number; tag: number; score: number }[]) =>
-  hits.map((h) => `${h.pageId}#${h.ord}-${h.last}:${h.tag}=${Object.is(h.score, -0) ? '-0' : String(h.score)}`);
-
-async function helperUp(m: VectorMatrix, dims: number): Promise<void> {
-  const q = new Float32Array(dims).fill(1 / Math.sqrt(dims));
-  for (let i = 0; i < 300 && !helperStats().running; i++) {
-    m.scan(q, 1);
-    await sleep(10);
-  }
-  expect(helperStats().running).toBe(true);
-  // One scan with the helper running: the loop's last may have run before it was.
-  m.scan(q, 1);
-}
+const twins = (rows: number, dims: number, seed: number) => matrixTwins(rows, dims, seed, 7);
+const show = showHits;
 
 const threads = () => fs.readdirSync('/proc/self/task').length;
 

@@ -10,6 +10,7 @@ import { embeddingsServer, waitForVectors } from '../support/embeddings-server.j
 import { createTestDatabase, testEngines } from '../support/engines.js';
 import { expectStatus } from '../support/expect.js';
 import { postJson } from '../support/imports.js';
+import { helperUp, matrixTwins, showHits } from '../support/matrix-twins.js';
 import { prng, unitVector } from '../support/random.js';
 import { Client, createAgentWithKey, createReaderAgent, signupHuman, startServerOn } from '../support/server.js';
 
@@ -69,16 +70,7 @@ const tick = () => new Promise((r) => setImmediate(r));
 
 /** A matrix and its twin that scans alone (disposed before its first scan), filled alike. */
 function twins(rows: number, dims: number, seed: number) {
-  const rnd = prng(seed);
-  const m = new VectorMatrix(dims, rows);
-  const alone = new VectorMatrix(dims, rows);
-  alone.dispose();
-  const perPage = 9;
-  for (let p = 0; p * perPage < rows; p++) {
-    const vecs = Array.from({ length: Math.min(perPage, rows - p * perPage) }, (_, j) => ({ ord: j, vec: unitVector(rnd, dims), tag: (p * 31 + j) >>> 0 }));
-    m.setPage(`p${p}`, vecs);
-    alone.setPage(`p${p}`, vecs);
-  }
+  const { m, alone, rnd } = matrixTwins(rows, dims, seed, 9);
   /** A change applied to both. */
   const both = (f: (x: VectorMatrix) => void) => {
     f(m);
@@ -87,19 +79,7 @@ function twins(rows: number, dims: number, seed: number) {
   return { m, alone, rnd, dims, both };
 }
 
-/** Hits as exact strings (NaN, -0 and infinities included). */
-const show = (hits: RowHit[]) => hits.map((h) => `${h.pageId}#${h.ord}-${h.last}:${h.tag}=${Object.is(h.score, -0) ? '-0' : String(h.score)}`);
-
-async function helperUp(m: VectorMatrix, dims: number): Promise<void> {
-  const q = new Float32Array(dims).fill(1 / Math.sqrt(dims));
-  for (let i = 0; i < 300 && !helperStats().running; i++) {
-    m.scan(q, 1);
-    await sleep(10);
-  }
-  expect(helperStats().running).toBe(true);
-  // One scan with the helper running: the loop's last may have run before it was.
-  m.scan(q, 1);
-}
+const show = showHits;
 
 /** A begun scan, asserting the helper took it. */
 function begun(m: VectorMatrix, q: Float32Array, what: string): PendingScan {
