@@ -1,5 +1,5 @@
 import crypto from 'node:crypto';
-import { sql } from 'kysely';
+import { sql, type CompiledQuery } from 'kysely';
 import { decideAuditRead } from '../policy/audit.js';
 import type { Principal } from '../policy/principal.js';
 import type { Executor } from '../store/db.js';
@@ -36,7 +36,15 @@ export async function appendAudit(trx: Executor, workspaceId: string, input: Aud
 
 /** Appends entries in order, chained, in a few statements (an import's batch); same transaction rule. */
 export async function appendAuditMany(trx: Executor, workspaceId: string, inputs: readonly AuditInput[], at = new Date()): Promise<void> {
-  if (inputs.length === 0) return;
+  for (const insert of await auditInserts(trx, workspaceId, inputs, at)) await trx.executeQuery(insert);
+}
+
+/**
+ * The statements appending entries (appendAuditMany), for the caller to run before anything
+ * else reads the log (store/carried.ts): the chain's tail moves on now, as if they had run.
+ */
+export async function auditInserts(trx: Executor, workspaceId: string, inputs: readonly AuditInput[], at = new Date()): Promise<CompiledQuery[]> {
+  if (inputs.length === 0) return [];
   // Under PostgreSQL's workspace lock the tail was read with the lock (store/tx.ts).
   const locked = lockedState(trx, workspaceId);
   const last = locked ? (locked.auditTail ?? undefined) : await auditTail.first(trx, { workspaceId });
@@ -55,8 +63,10 @@ export async function appendAuditMany(trx: Executor, workspaceId: string, inputs
     prevHash = row.hash;
     return row;
   });
-  for (let i = 0; i < rows.length; i += 500) await insertEntries.execute(trx, rows.slice(i, i + 500));
+  const inserts: CompiledQuery[] = [];
+  for (let i = 0; i < rows.length; i += 500) inserts.push(insertEntries.compiled(trx, rows.slice(i, i + 500)));
   noteLocked(trx, workspaceId, { auditTail: { seq, hash: prevHash } });
+  return inserts;
 }
 
 const auditTail = builtOnce((db, v: { workspaceId: string }) =>

@@ -1,4 +1,4 @@
-import { sql, type Transaction } from 'kysely';
+import { sql, type CompiledQuery, type Transaction } from 'kysely';
 import { ulid } from 'ulid';
 import { ceilingFor } from '../policy/access.js';
 import { canReadPage, type PageFacts } from '../policy/pages.js';
@@ -8,6 +8,7 @@ import { canWatchFolder, canWatchPage, revealsOldPath, watchDelivers, type Folde
 import { findReadablePage, isPageId } from '../retrieval/lookup.js';
 import type { Executor } from '../store/db.js';
 import { builtOnce } from '../store/built-once.js';
+import { executeCarrying } from '../store/carried.js';
 import type { DB, PagesTable, WatchesTable } from '../store/schema.js';
 import { inTransaction } from '../store/tx.js';
 import { appendAudit } from './audit.js';
@@ -449,10 +450,20 @@ const watchesOn = builtOnce((db, v: { ws: string; targets: string[] }) =>
   db.selectFrom('watches').select(['id', 'principal_id', 'key_id']).where('workspace_id', '=', v.ws).where('target', 'in', v.targets),
 );
 
-export async function deliverWatchEvents(ctx: CoreContext, trx: Transaction<DB>, workspaceId: string, change: WatchedChange): Promise<void> {
+/**
+ * `carried`: the change's writes whose results nobody reads (its version row, its audit entry),
+ * sent with the lookup of the watches (store/carried.ts).
+ */
+export async function deliverWatchEvents(
+  ctx: CoreContext,
+  trx: Transaction<DB>,
+  workspaceId: string,
+  change: WatchedChange,
+  carried: readonly CompiledQuery[] = [],
+): Promise<void> {
   const targets = new Set([`page:${change.row.id}`, ...folderTargets(change.row.path)]);
   if (change.before && change.before.path !== change.row.path) for (const t of folderTargets(change.before.path)) targets.add(t);
-  const watches = await watchesOn.rows(trx, { ws: workspaceId, targets: [...targets] });
+  const watches = (await executeCarrying(trx, carried, watchesOn.compiled(trx, { ws: workspaceId, targets: [...targets] }))).rows;
   const actorIds = [change.actor.id, ...(change.author ? [change.author.id] : [])];
   const relevant = watches.filter((w) => !actorIds.includes(w.principal_id));
   if (relevant.length === 0) return;

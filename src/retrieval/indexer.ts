@@ -1,8 +1,9 @@
-import { sql, type Insertable, type Kysely, type Transaction } from 'kysely';
+import { sql, type CompiledQuery, type Insertable, type Kysely, type QueryResult, type RawBuilder, type Transaction } from 'kysely';
 import { documentBody, extractLinks, maxBlockLevel, redactBlocks } from '../markdown/index.js';
 import { visibleUnder } from '../policy/access.js';
 import { isLevel, LEVELS, rank, type Level } from '../policy/sensitivity.js';
 import { builtOnce, type BuiltOnce } from '../store/built-once.js';
+import { executeCarrying } from '../store/carried.js';
 import type { DB, PagesTable } from '../store/schema.js';
 import { afterCommitIfAny } from '../store/tx.js';
 import { chunkBody, type Chunk } from './chunking.js';
@@ -158,6 +159,16 @@ export async function indexPage(db: Exec, row: PagesTable, opts: IndexOptions = 
 export interface IndexOptions {
   /** The pages are new (ids never indexed before): there are no old rows to remove. */
   fresh?: boolean;
+  /**
+   * Writes of the pages' own rows, run before the index reads anything (store/carried.ts): on
+   * PostgreSQL sent with the index's first statement, which reads none of `pages`.
+   */
+  carried?: readonly CompiledQuery[];
+  /**
+   * PostgreSQL: the index's last writes (the pages' links) are pushed here instead of run, for
+   * the caller to send with its next statement, which must not read `page_links`.
+   */
+  trailing?: CompiledQuery[];
 }
 
 /**
@@ -168,7 +179,8 @@ export interface IndexOptions {
  */
 export async function indexPages(db: Exec, rows: readonly PagesTable[], chunked?: ReadonlyMap<string, Chunk[]>, opts: IndexOptions = {}): Promise<void> {
   const ws = rows[0]?.workspace_id;
-  if (ws === undefined) return;
+  const carried = new Carried(opts.carried);
+  if (ws === undefined) return carried.runRest(db);
   if (rows.some((r) => r.workspace_id !== ws)) throw new Error('indexPages: pages of one workspace at a time');
   const live = rows.filter((r) => r.deleted_at === null);
   const parsed = live.map((row) => ({ row, body: documentBody(row.content) }));
@@ -191,9 +203,13 @@ export async function indexPages(db: Exec, rows: readonly PagesTable[], chunked?
     tags: live.flatMap((row) => [...new Set(JSON.parse(row.tags) as string[])].map((tag) => ({ workspace_id: ws, page_id: row.id, tag }))),
     keys: live.flatMap((row) => pageKeys(row.path, row.title).map((key) => ({ workspace_id: ws, key, page_id: row.id }))),
   };
-  if (isSqlite(db)) await rewriteSqlite(db, ws, rows, rowsOf);
-  else if (opts.fresh && live.length === rows.length) await writeIndexPg(db, ws, rowsOf, { levels: [], lexemes: [], docs: [] }, rows.map(embedJob));
-  else await rewritePg(db, ws, rows, rowsOf);
+  if (isSqlite(db)) {
+    await carried.runRest(db);
+    await rewriteSqlite(db, ws, rows, rowsOf);
+  } else if (opts.fresh && live.length === rows.length) {
+    await writeIndexPg(db, ws, rowsOf, { levels: [], lexemes: [], docs: [] }, carried, rows.map(embedJob));
+  } else await rewritePg(db, ws, rows, rowsOf, carried);
+  await carried.runRest(db);
   afterCommitIfAny(db, wakeEmbedWorkers);
   if (live.length === 0) return;
 
@@ -233,6 +249,8 @@ export async function indexPages(db: Exec, rows: readonly PagesTable[], chunked?
       live.map((p) => p.id),
       links,
     );
+  } else if (opts.trailing) {
+    for (const batch of slices(links)) opts.trailing.push(INSERT.page_links.compiled(db, batch));
   } else await insertBatched(db, 'page_links', links);
 }
 
@@ -293,17 +311,19 @@ async function rewriteSqlite(db: Exec, ws: string, rows: readonly PagesTable[], 
  * links that reached deleted pages, and answers with the removed sections' lexemes by level. The
  * second (writeIndexPg) adds the new rows and moves the word statistics.
  */
-async function rewritePg(db: Exec, ws: string, rows: readonly PagesTable[], next: IndexRows): Promise<void> {
+async function rewritePg(db: Exec, ws: string, rows: readonly PagesTable[], next: IndexRows, carried: Carried): Promise<void> {
   const removed: TermCounts = { levels: [], lexemes: [], docs: [] };
   for (const batch of slices(rows)) {
     const ids = batch.map((r) => r.id);
     const gone = batch.filter((r) => r.deleted_at !== null).map((r) => r.id);
     const jobs = batch.map(embedJob);
-    const r = await sql<{
-      level: number;
-      lexeme: string;
-      docs: number | string;
-    }>`with s as (delete from page_sections where page_id = any(${ids}::text[]) returning level, tsv, tokens),
+    const r = await carried.with(
+      db,
+      sql<{
+        level: number;
+        lexeme: string;
+        docs: number | string;
+      }>`with s as (delete from page_sections where page_id = any(${ids}::text[]) returning level, tsv, tokens),
         l as (delete from page_links where source_id = any(${ids}::text[])),
         k as (delete from page_keys where page_id = any(${ids}::text[])),
         t as (delete from page_tags where page_id = any(${ids}::text[])),
@@ -314,14 +334,15 @@ async function rewritePg(db: Exec, ws: string, rows: readonly PagesTable[], next
         select coalesce(s.level, 3) as level, x.lexeme, count(*)::int8 as docs
         from s cross join unnest(tsvector_to_array(s.tsv) || '{""}'::text[]) as x(lexeme) group by 1, 2
         union all
-        select coalesce(s.level, 3), ' ', sum(s.tokens)::int8 from s group by 1`.execute(db);
+        select coalesce(s.level, 3), ' ', sum(s.tokens)::int8 from s group by 1`,
+    );
     for (const row of r.rows) {
       removed.levels.push(row.level);
       removed.lexemes.push(row.lexeme);
       removed.docs.push(-Number(row.docs));
     }
   }
-  await writeIndexPg(db, ws, next, removed);
+  await writeIndexPg(db, ws, next, removed, carried);
 }
 
 /** Lexeme counts by level, as parallel arrays (one parameter each on PostgreSQL). */
@@ -351,11 +372,13 @@ export function sectionLevel(sensitivity: string, blockLevel: string | null): nu
  * and its words (`tokens`, migration 025) under ' ': their sum per level. Counts are
  * written in key order, so two writers never wait on each other's rows in opposite orders.
  */
-async function writeIndexPg(db: Exec, ws: string, next: IndexRows, removed: TermCounts, jobs: readonly EmbedJob[] = []): Promise<void> {
+async function writeIndexPg(db: Exec, ws: string, next: IndexRows, removed: TermCounts, carried: Carried, jobs: readonly EmbedJob[] = []): Promise<void> {
   const { sections, tags, keys } = next;
   if (sections.length === 0 && removed.lexemes.length === 0 && keys.length === 0 && jobs.length === 0) return;
   const col = <K extends keyof Insertable<DB['page_sections']>>(k: K) => sections.map((r) => r[k]);
-  await sql`with j as (${embedJobsInsert(ws, jobs)}),
+  await carried.with(
+    db,
+    sql`with j as (${embedJobsInsert(ws, jobs)}),
     ins as (
       insert into page_sections (workspace_id, page_id, ord, title, heading, heading_level, text, block_level, level, archived, tokens)
       select ${ws}, * from unnest(${col('page_id')}::text[], ${col('ord')}::int[], ${col('title')}::text[], ${col('heading')}::text[],
@@ -364,10 +387,13 @@ async function writeIndexPg(db: Exec, ws: string, next: IndexRows, removed: Term
       returning level, tsv, tokens),
     tg as (insert into page_tags (workspace_id, page_id, tag) select ${ws}, * from unnest(${tags.map((t) => t.page_id)}::text[], ${tags.map((t) => t.tag)}::text[])),
     ky as (insert into page_keys (workspace_id, key, page_id) select ${ws}, * from unnest(${keys.map((k) => k.key)}::text[], ${keys.map((k) => k.page_id)}::text[])),
-    -- The names are known here: this statement cannot read the page_keys rows it inserts.
-    lk as (update page_links set target_id = n.page_id
-      from (select distinct on (key) key, page_id from unnest(${keys.map((k) => k.key)}::text[], ${keys.map((k) => k.page_id)}::text[]) as u(key, page_id) order by key, page_id) as n
-      where page_links.workspace_id = ${ws} and page_links.target_id is null and page_links.target_key = n.key),
+    -- The names are known here: this statement cannot read the page_keys rows it inserts. The
+    -- links are looked up by workspace and name (page_links_key), not joined to the names: a join
+    -- planned from statistics that lag a load walked the workspace's links in name order.
+    lk as (update page_links l set target_id = (
+        select min(u.page_id) from unnest(${keys.map((k) => k.key)}::text[], ${keys.map((k) => k.page_id)}::text[]) as u(key, page_id)
+        where u.key = l.target_key)
+      where l.workspace_id = ${ws} and l.target_key = any(${keys.map((k) => k.key)}::text[]) and l.target_id is null),
     delta as (
       select level, lexeme, sum(docs)::int8 as docs from (
         select ins.level, x.lexeme, 1::int8 as docs from ins cross join unnest(tsvector_to_array(ins.tsv) || '{""}'::text[]) as x(lexeme)
@@ -378,7 +404,29 @@ async function writeIndexPg(db: Exec, ws: string, next: IndexRows, removed: Term
       ) d group by 1, 2 having sum(docs) <> 0)
     insert into term_stats (workspace_id, lexeme, level, docs)
     select ${ws}, lexeme, level, docs from delta order by lexeme, level
-    on conflict (workspace_id, lexeme, level) do update set docs = term_stats.docs + excluded.docs`.execute(db);
+    on conflict (workspace_id, lexeme, level) do update set docs = term_stats.docs + excluded.docs`,
+  );
+}
+
+/** Writes carried into the index's first statement (IndexOptions.carried), each run exactly once. */
+class Carried {
+  private rest: readonly CompiledQuery[];
+  constructor(writes: readonly CompiledQuery[] = []) {
+    this.rest = writes;
+  }
+  private take(): readonly CompiledQuery[] {
+    const out = this.rest;
+    this.rest = [];
+    return out;
+  }
+  /** Runs `statement` with the writes not yet run in front of it. */
+  with<R>(db: Exec, statement: RawBuilder<R>): Promise<QueryResult<R>> {
+    return executeCarrying(db, this.take(), statement.compile(db));
+  }
+  /** Runs the writes not yet run (the index had no statement to send them with). */
+  async runRest(db: Exec): Promise<void> {
+    for (const w of this.take()) await db.executeQuery(w);
+  }
 }
 
 /** indexPages for pages of any workspaces: one call per workspace (re-indexing batches). */

@@ -41,6 +41,8 @@ interface Compiled {
 export interface BuiltOnce<V, R> {
   /** Runs the statement with these values (in the executor's transaction, if it is one). */
   execute(db: Executor, values: V, key?: string): Promise<QueryResult<R>>;
+  /** The statement with these values, compiled for the executor's engine, not run (store/carried.ts). */
+  compiled(db: Executor, values: V, key?: string): CompiledQuery<R>;
   rows(db: Executor, values: V, key?: string): Promise<R[]>;
   first(db: Executor, values: V, key?: string): Promise<R | undefined>;
 }
@@ -55,7 +57,7 @@ const MAX_SHAPES = 64;
 export function builtOnce<V extends object, R>(build: (db: Executor, values: V, key: string) => Statement<R>): BuiltOnce<V, R> {
   // [SQLite, PostgreSQL]: the SQL text and its placeholders differ.
   const shapes: [Map<string, Compiled>, Map<string, Compiled>] = [new Map(), new Map()];
-  const execute = async (db: Executor, values: V, key = ''): Promise<QueryResult<R>> => {
+  const compiled = (db: Executor, values: V, key = ''): CompiledQuery<R> => {
     const w: Walk = { shape: `${key.length}:${key}`, leaves: [] };
     walk(values, w);
     const kept = shapes[isSqlite(db) ? 0 : 1];
@@ -73,10 +75,12 @@ export function builtOnce<V extends object, R>(build: (db: Executor, values: V, 
       const at = c.slots[k]!;
       params[k] = at < 0 ? c.constants[k] : w.leaves[at];
     }
-    return db.executeQuery<R>(CompiledQuery.raw(c.sql, params));
+    return CompiledQuery.raw(c.sql, params) as CompiledQuery<R>;
   };
+  const execute = async (db: Executor, values: V, key = ''): Promise<QueryResult<R>> => db.executeQuery<R>(compiled(db, values, key));
   return {
     execute,
+    compiled,
     rows: async (db, values, key) => (await execute(db, values, key)).rows,
     first: async (db, values, key) => (await execute(db, values, key)).rows[0],
   };

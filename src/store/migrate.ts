@@ -27,6 +27,7 @@ import * as m024 from './migrations/024_versions_by_commit.js';
 import * as m025 from './migrations/025_section_tokens.js';
 import * as m026 from './migrations/026_pg_every_word.js';
 import * as m027 from './migrations/027_archived_sections.js';
+import * as m028 from './migrations/028_lock_reads.js';
 
 interface Migration {
   name: string;
@@ -62,6 +63,7 @@ const MIGRATIONS: Migration[] = [
   { name: '025_section_tokens', up: m025.up },
   { name: '026_pg_every_word', up: m026.up },
   { name: '027_archived_sections', up: m027.up },
+  { name: '028_lock_reads', up: m028.up },
 ];
 
 /**

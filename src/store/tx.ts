@@ -15,6 +15,10 @@ interface LockedState {
   head: string | null;
   /** The newest audit entry (null: none yet). */
   auditTail: { seq: number; hash: string } | null;
+  /** The newest commit's seq (0: no commit yet). */
+  commitSeq: number;
+  /** Whether a live page held `path` when the lock was granted (InTransactionOptions.freePath), until asked once. */
+  pathCheck?: { path: string; taken: boolean } | undefined;
 }
 const lockedOf = new WeakMap<object, LockedState>();
 
@@ -24,12 +28,30 @@ export function lockedState(db: object, workspaceId: string): Omit<LockedState, 
   return s && s.workspaceId === workspaceId ? s : undefined;
 }
 
-/** Records a move of main or of the audit tail made under the lock (no-op when not held). */
-export function noteLocked(db: object, workspaceId: string, change: { head: string } | { auditTail: { seq: number; hash: string } }): void {
+/**
+ * Whether a live page held `path` when the lock was granted, if the lock was taken asking
+ * (InTransactionOptions.freePath); undefined otherwise. Answered once: a write in the
+ * transaction after it could change the answer.
+ */
+export function takeLockedPathCheck(db: object, workspaceId: string, path: string): boolean | undefined {
+  const s = lockedOf.get(db);
+  if (!s || s.workspaceId !== workspaceId || s.pathCheck?.path !== path) return undefined;
+  const taken = s.pathCheck.taken;
+  s.pathCheck = undefined;
+  return taken;
+}
+
+/** Records a move of main, of the audit tail or of the commit seq made under the lock (no-op when not held). */
+export function noteLocked(
+  db: object,
+  workspaceId: string,
+  change: { head: string } | { auditTail: { seq: number; hash: string } } | { commitSeq: number },
+): void {
   const s = lockedOf.get(db);
   if (!s || s.workspaceId !== workspaceId) return;
   if ('head' in change) s.head = change.head;
-  else s.auditTail = change.auditTail;
+  else if ('auditTail' in change) s.auditTail = change.auditTail;
+  else s.commitSeq = change.commitSeq;
 }
 
 /**
@@ -37,22 +59,42 @@ export function noteLocked(db: object, workspaceId: string, change: { head: stri
  * are serialised (PostgreSQL row lock; SQLite has a single writer already), so the
  * commit chain, the audit hash chain and inbox sequences never fork.
  */
-export async function inTransaction<T>(store: Store, workspaceId: string | null, fn: (trx: Transaction<DB>) => Promise<T>): Promise<T> {
+export interface InTransactionOptions {
+  /**
+   * A page path the mutation needs free (a create): on PostgreSQL the lock's round trip asks
+   * too, and assertPathFree's first call for it is answered from there (takeLockedPathCheck).
+   */
+  freePath?: string;
+}
+
+export async function inTransaction<T>(
+  store: Store,
+  workspaceId: string | null,
+  fn: (trx: Transaction<DB>) => Promise<T>,
+  opts: InTransactionOptions = {},
+): Promise<T> {
   const hooks: Array<() => void> = [];
   // A node whose log could not be synced acknowledges no write (wal-sync.ts): fail before writing.
   store.assertWritable();
   const result = await store.db.transaction().execute(async (trx) => {
     hooksOf.set(trx, hooks);
     if (workspaceId && store.dialect === 'postgres') {
-      // The lock, and what the writer reads first under it, in one round trip (migration 018).
-      const r = await sql<{ head: string | null; audit_seq: string | number | null; audit_hash: string | null }>`
-        select head, audit_seq, audit_hash from cv_lock_workspace(${workspaceId})`.execute(trx);
+      // The lock, and what the writer reads first under it, in one round trip (migrations 018, 028).
+      const r = await sql<{
+        head: string | null;
+        audit_seq: string | number | null;
+        audit_hash: string | null;
+        path_taken: boolean | null;
+        commit_seq: string | number | null;
+      }>`select head, audit_seq, audit_hash, path_taken, commit_seq from cv_lock_workspace_v2(${workspaceId}, ${opts.freePath ?? null})`.execute(trx);
       const row = r.rows[0];
       if (row) {
         lockedOf.set(trx, {
           workspaceId,
           head: row.head,
           auditTail: row.audit_seq === null || row.audit_hash === null ? null : { seq: Number(row.audit_seq), hash: row.audit_hash },
+          commitSeq: Number(row.commit_seq ?? 0),
+          pathCheck: opts.freePath !== undefined && row.path_taken !== null ? { path: opts.freePath, taken: row.path_taken } : undefined,
         });
       }
     }

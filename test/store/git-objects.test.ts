@@ -23,6 +23,8 @@ import {
 import { exportToBareRepo } from '../../src/store/git/export.js';
 import { ObjectStore } from '../../src/store/git/object-store.js';
 import { MAX_DELTA_DEPTH } from '../../src/store/git/tree-deltas.js';
+import { commitFiles } from '../../src/core/pages/commit.js';
+import { inTransaction } from '../../src/store/tx.js';
 import { applyChanges, listTree, readPath } from '../../src/store/git/tree-paths.js';
 import { openTestStore, testEngines } from '../support/engines.js';
 
@@ -577,6 +579,51 @@ describe.each(testEngines())('git object store on %s', (engine) => {
     for (const v of versions) expect(await objects.getTree(v.sha)).toEqual(v.entries);
     clearTreeCache();
     const repo = path.join(tmpDir(), 'rebase.git');
+    await exportToBareRepo(store.db, ws, repo);
+    fsck(repo);
+  }, 120_000);
+
+  // The full copy a chain starts from is remembered once the commits of its deltas are durable
+  // (inTransaction): the re-base every MAX_DELTA_DEPTH versions then walks nothing while the
+  // workspace's writers wait (issue 18; the walk took 10–17 ms on tables whose statistics lagged).
+  it('page commits re-base at the depth bound on the remembered full copy, without walking the chain', async () => {
+    const ws = await newWorkspace();
+    let walks = 0;
+    const counting = store.db.withPlugin({
+      transformQuery: (args) => {
+        const node = args.node as { kind: string; sqlFragments?: readonly string[] };
+        if (node.kind === 'RawNode' && node.sqlFragments!.some((f) => f.includes('with recursive chain'))) walks++;
+        return args.node;
+      },
+      transformResult: async (args) => args.result,
+    });
+    const tx = Object.create(store, { db: { value: counting } }) as Store;
+    const author = { id: 'pr_chain', name: 'Chain' };
+    const initial = Array.from({ length: 300 }, (_, i) => ({ path: `s/f/page-${i}.md`, content: `p${i}` }));
+    await inTransaction(tx, ws, (trx) => commitFiles(trx, ws, author, initial, 'init', new Date(T0 * 1000)));
+    const updates = MAX_DELTA_DEPTH * 2 + 3;
+    const folders: string[] = [];
+    const objects = new ObjectStore(store.db, ws);
+    for (let k = 1; k <= updates; k++) {
+      const c = await inTransaction(tx, ws, (trx) =>
+        commitFiles(trx, ws, author, [{ path: `s/f/page-${k % 5}.md`, content: `v${k}` }], `u${k}`, new Date((T0 + k) * 1000)),
+      );
+      folders.push(await subtreeSha(objects, (await objects.getCommit(c.sha))!.tree, ['s', 'f']));
+    }
+    const rows = await store.db
+      .selectFrom('git_objects')
+      .select(['sha', 'depth', 'base_sha'])
+      .where('workspace_id', '=', ws)
+      .where('sha', 'in', folders)
+      .execute();
+    const bySha = new Map(rows.map((r) => [r.sha, r]));
+    expect(folders.map((f) => Number(bySha.get(f)!.depth))).toEqual(Array.from({ length: updates }, (_, i) => (i % MAX_DELTA_DEPTH) + 1));
+    const full = bySha.get(folders[0]!)!.base_sha;
+    expect(bySha.get(folders[MAX_DELTA_DEPTH]!)!.base_sha).toBe(full);
+    expect(bySha.get(folders[2 * MAX_DELTA_DEPTH]!)!.base_sha).toBe(full);
+    expect(walks).toBe(0);
+    clearTreeCache();
+    const repo = path.join(tmpDir(), 'remembered.git');
     await exportToBareRepo(store.db, ws, repo);
     fsck(repo);
   }, 120_000);

@@ -108,7 +108,10 @@ describe.skipIf(!testEngines().includes('postgres'))('planner statistics (postgr
       if ((await vacuumed('page_sections')) <= before) await new Promise((r) => setTimeout(r, 500));
     }
     expect(await vacuumed('page_sections')).toBeGreaterThan(before);
-    expect(await dead('page_sections')).toBeLessThan(1_000);
+    // The rewrites left 6 × 240 dead sections. The service's own timer may vacuum between rounds,
+    // after which the rounds still to come leave fewer than a fifth dead (no vacuum due): what is
+    // dead now is less than the rewrites made, never all of it.
+    expect(await dead('page_sections')).toBeLessThan(6 * 240);
   }, 120_000);
 
   it('a table that only grew by a fifth (a bulk load: no dead rows) is vacuumed by the service, its pages then all-visible', async () => {

@@ -82,4 +82,21 @@ describe.each(testEngines())('writers of one workspace take turns (%s)', (engine
     expectStatus(list, 200);
     expect(list.body.results.filter((x: { path: string }) => x.path.startsWith('turns/'))).toHaveLength(48);
   }, 120_000);
+
+  // On PostgreSQL the lock's own round trip answers whether the path is free (migration 028): read
+  // from a snapshot older than the lock, the losers would reach the unique index (a 500) instead.
+  it('eight writers on both nodes create the same path at once, three rounds with a delete between: one 201 a round, the rest 409 already_exists', async () => {
+    for (let round = 0; round < 3; round++) {
+      const path = 'turns/same/contested.md';
+      const answers = await Promise.all(
+        Array.from({ length: 8 }, (_, k) => on(k).post('/api/v1/nodes', { path, content: `# Contested\n\nRound ${round} writer ${k}.\n` })),
+      );
+      const created = answers.filter((r) => r.status === 201);
+      expect(answers.map((r) => r.status).sort()).toEqual([201, 409, 409, 409, 409, 409, 409, 409]);
+      for (const r of answers.filter((x) => x.status === 409)) expect(r.body.error.code).toBe('already_exists');
+      const d = await on(round).delete(`/api/v1/nodes/${created[0]!.body.id}`);
+      expect([200, 204]).toContain(d.status);
+    }
+    await expectSingleLine(nodes[0]!.ctx.store.db, workspaceId);
+  }, 60_000);
 });

@@ -5,7 +5,7 @@ import type { Executor } from '../../store/db.js';
 import { ObjectStore } from '../../store/git/object-store.js';
 import { builtOnce } from '../../store/built-once.js';
 import { applyChanges, treesOnPaths } from '../../store/git/tree-paths.js';
-import { afterCommitIfAny } from '../../store/tx.js';
+import { afterCommitIfAny, lockedState, noteLocked } from '../../store/tx.js';
 
 export const MAIN_REF = 'refs/heads/main';
 
@@ -62,8 +62,19 @@ export async function commitFiles(
     committer: ident(committer ?? author),
     message,
   });
-  await objects.casRef(MAIN_REF, head, sha);
-  const seq = await recordCommit(trx, workspaceId, { sha, parent: head, principalId: author.id, message, at });
+  const record = { sha, parent: head, principalId: author.id, message, at };
+  // PostgreSQL under the workspace's lock knows the next seq: the commit's row rides with the move of main.
+  const locked = lockedState(trx, workspaceId);
+  let seq: number;
+  if (locked) {
+    seq = locked.commitSeq + 1;
+    await objects.casRef(MAIN_REF, head, sha, [insertCommitAt.compiled(trx, commitValues(workspaceId, record, seq))]);
+    noteLocked(trx, workspaceId, { commitSeq: seq });
+    afterCommitIfAny(trx, () => commitsMade.inc());
+  } else {
+    await objects.casRef(MAIN_REF, head, sha);
+    seq = await recordCommit(trx, workspaceId, record);
+  }
   // Known only once durable: a rolled-back commit must not be taken for a stored one.
   afterCommitIfAny(trx, () => rememberHeadTree(`${workspaceId}:${sha}`, tree));
   return { sha, seq, blobs };
@@ -81,6 +92,31 @@ function rememberHeadTree(key: string, tree: string): void {
   headTrees.set(key, tree);
 }
 
+const insertCommitAt = builtOnce((db, v: ReturnType<typeof commitValues> & { seq: number }) =>
+  db.insertInto('commits').values({
+    workspace_id: v.ws,
+    seq: v.seq,
+    sha: v.sha,
+    parent_sha: v.parent,
+    principal_id: v.principalId,
+    message: v.message,
+    created_at: v.at,
+  }),
+);
+
+function commitValues(ws: string, c: CommitRecord, seq: number) {
+  return { ws, seq, sha: c.sha, parent: c.parent, principalId: c.principalId, message: c.message, at: c.at.toISOString() };
+}
+
+/** A commit on main, as `commits` numbers it. */
+interface CommitRecord {
+  sha: string;
+  parent: string | null;
+  principalId: string;
+  message: string;
+  at: Date;
+}
+
 const insertCommit = builtOnce(
   (db, v: { ws: string; sha: string; parent: string | null; principalId: string; message: string; at: string }) => sql<{ seq: number | string }>`
     insert into commits (workspace_id, seq, sha, parent_sha, principal_id, message, created_at)
@@ -90,11 +126,7 @@ const insertCommit = builtOnce(
 );
 
 /** Numbers a commit now on main: the next seq of the workspace's line (`commits`). */
-export async function recordCommit(
-  trx: Executor,
-  workspaceId: string,
-  c: { sha: string; parent: string | null; principalId: string; message: string; at: Date },
-): Promise<number> {
+export async function recordCommit(trx: Executor, workspaceId: string, c: CommitRecord): Promise<number> {
   // The next seq is read in the insert itself: one round trip (the workspace's writers are serialized).
   const r = await insertCommit.execute(trx, {
     ws: workspaceId,
@@ -105,6 +137,7 @@ export async function recordCommit(
     at: c.at.toISOString(),
   });
   const seq = Number(r.rows[0]!.seq);
+  noteLocked(trx, workspaceId, { commitSeq: seq });
   // Counted once durable: a transaction rolled back (a lost race, a failed push) made no commit.
   afterCommitIfAny(trx, () => commitsMade.inc());
   return seq;

@@ -1,11 +1,12 @@
-import type { Transaction } from 'kysely';
+import type { CompiledQuery, Transaction } from 'kysely';
 import type { PageFacts } from '../../policy/pages.js';
 import type { Principal } from '../../policy/principal.js';
 import { indexPage } from '../../retrieval/indexer.js';
 import type { Insertable } from 'kysely';
 import { builtOnce } from '../../store/built-once.js';
+import { takeLockedPathCheck } from '../../store/tx.js';
 import type { DB, PagesTable, PageVersionsTable } from '../../store/schema.js';
-import { appendAudit, type AuditInput } from '../audit.js';
+import { auditInserts, type AuditInput } from '../audit.js';
 import type { CoreContext } from '../context.js';
 import { badRequest, conflict } from '../errors.js';
 import { newId } from '../ids.js';
@@ -88,15 +89,20 @@ export async function recordPageChange(ctx: CoreContext, trx: Transaction<DB>, p
   if (content && !sameFolder) {
     await ensurePlace(trx, p.workspaceId, target.space, target.folderPath, now);
   }
-  if (existing) await updatePageRow.execute(trx, row);
-  else await insertPageRow.execute(trx, row);
-  // Keyword index, links and tags are current when the write is acknowledged (src/retrieval/).
-  await indexPage(trx, row, { fresh: existing === null });
+  // Keyword index, links and tags are current when the write is acknowledged (src/retrieval/);
+  // the page row itself rides with the index's first statement.
+  const write = existing ? updatePageRow.compiled(trx, row) : insertPageRow.compiled(trx, row);
+  const links: CompiledQuery[] = [];
+  await indexPage(trx, row, { fresh: existing === null, carried: [write], trailing: links });
   if (existing) await supersedeOwnConflicts(trx, p, [id], commit.sha, now);
-  await insertVersionRow.execute(trx, versionRow(p, row, args));
-  await appendAudit(trx, p.workspaceId, pageAudit(p, row, args), at);
+  // The links, version row and audit entry ride with the watchers' lookup (nothing reads them back here).
+  const carried = [
+    ...links,
+    insertVersionRow.compiled(trx, versionRow(p, row, args)),
+    ...(await auditInserts(trx, p.workspaceId, [pageAudit(p, row, args)], at)),
+  ];
   // Watchers of the page or of a folder above it are told, in this transaction (issue 13).
-  await deliverWatchEvents(ctx, trx, p.workspaceId, { action, row, before: existing, actor: p, author: args.credit, at });
+  await deliverWatchEvents(ctx, trx, p.workspaceId, { action, row, before: existing, actor: p, author: args.credit, at }, carried);
   return row;
 }
 
@@ -203,6 +209,12 @@ export function pageAudit(p: Principal, row: PagesTable, args: RecordedChange): 
 }
 
 export async function assertPathFree(trx: Transaction<DB>, workspaceId: string, path: string): Promise<void> {
+  // Asked with the lock when the transaction was opened for this path (store/tx.ts).
+  const atLock = takeLockedPathCheck(trx, workspaceId, path);
+  if (atLock !== undefined) {
+    if (atLock) throw conflict(`A page already exists at ${path}`, 'already_exists');
+    return;
+  }
   const taken = await trx
     .selectFrom('pages')
     .select('id')

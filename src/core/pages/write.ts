@@ -93,10 +93,15 @@ async function writeNewPage(
     });
     return { proposal: presentProposal(p, proposal) };
   }
-  const row = await inTransaction(ctx.store, p.workspaceId, async (trx) => {
-    await assertPathFree(trx, p.workspaceId, target.path);
-    return commitPage(ctx, trx, p, { action: 'create', existing: null, target, content, message });
-  });
+  const row = await inTransaction(
+    ctx.store,
+    p.workspaceId,
+    async (trx) => {
+      await assertPathFree(trx, p.workspaceId, target.path);
+      return commitPage(ctx, trx, p, { action: 'create', existing: null, target, content, message });
+    },
+    { freePath: target.path },
+  );
   return { record: presentPage(p, row), changed: true };
 }
 
