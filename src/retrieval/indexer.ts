@@ -203,16 +203,6 @@ export async function indexPages(db: Exec, rows: readonly PagesTable[], chunked?
     tags: live.flatMap((row) => [...new Set(JSON.parse(row.tags) as string[])].map((tag) => ({ workspace_id: ws, page_id: row.id, tag }))),
     keys: live.flatMap((row) => pageKeys(row.path, row.title).map((key) => ({ workspace_id: ws, key, page_id: row.id }))),
   };
-  if (isSqlite(db)) {
-    await carried.runRest(db);
-    await rewriteSqlite(db, ws, rows, rowsOf);
-  } else if (opts.fresh && live.length === rows.length) {
-    await writeIndexPg(db, ws, rowsOf, { levels: [], lexemes: [], docs: [] }, carried, rows.map(embedJob));
-  } else await rewritePg(db, ws, rows, rowsOf, carried);
-  await carried.runRest(db);
-  afterCommitIfAny(db, wakeEmbedWorkers);
-  if (live.length === 0) return;
-
   const linked = parsed.map(({ row, body }) => ({
     row,
     links: linkLevels(body, JSON.parse(row.links) as { target: string; kind: 'wiki' | 'markdown'; text: string }[]).map((l, ord) => ({
@@ -222,10 +212,32 @@ export async function indexPages(db: Exec, rows: readonly PagesTable[], chunked?
     })),
   }));
   const wanted = [...new Set(linked.flatMap((p) => p.links.map((l) => l.key)).filter((k): k is string => k !== null))];
+  // PostgreSQL: the pages the links name are read by the index's last statement (one round trip
+  // fewer under the lock); it cannot see the names it inserts itself, so this batch's own are added.
+  let named: NamedPage[] | undefined;
+  if (isSqlite(db)) {
+    await carried.runRest(db);
+    await rewriteSqlite(db, ws, rows, rowsOf);
+  } else if (opts.fresh && live.length === rows.length) {
+    named = await writeIndexPg(db, ws, rowsOf, { levels: [], lexemes: [], docs: [] }, carried, wanted, rows.map(embedJob));
+  } else named = await rewritePg(db, ws, rows, rowsOf, carried, wanted);
+  await carried.runRest(db);
+  afterCommitIfAny(db, wakeEmbedWorkers);
+  if (live.length === 0) return;
+
   const found = new Map<string, { id: string; path: string }[]>();
-  for (const keys of slices(wanted)) {
-    const hits = await pagesByName.rows(db, { ws, keys });
-    for (const r of hits) found.set(r.key, [...(found.get(r.key) ?? []), { id: r.id, path: r.path }]);
+  const note = (r: NamedPage) => {
+    const list = found.get(r.key);
+    if (!list) found.set(r.key, [{ id: r.id, path: r.path }]);
+    else if (!list.some((x) => x.id === r.id)) list.push({ id: r.id, path: r.path });
+  };
+  if (named) {
+    const wantedSet = new Set(wanted);
+    const pathOf = new Map(live.map((r) => [r.id, r.path]));
+    for (const r of named) note(r);
+    for (const k of rowsOf.keys) if (wantedSet.has(k.key)) note({ key: k.key, id: k.page_id, path: pathOf.get(k.page_id)! });
+  } else {
+    for (const keys of slices(wanted)) for (const r of await pagesByName.rows(db, { ws, keys })) note(r);
   }
   const links: Insertable<DB['page_links']>[] = linked.flatMap(({ row, links }) =>
     links.map((l) => ({
@@ -311,7 +323,14 @@ async function rewriteSqlite(db: Exec, ws: string, rows: readonly PagesTable[], 
  * links that reached deleted pages, and answers with the removed sections' lexemes by level. The
  * second (writeIndexPg) adds the new rows and moves the word statistics.
  */
-async function rewritePg(db: Exec, ws: string, rows: readonly PagesTable[], next: IndexRows, carried: Carried): Promise<void> {
+async function rewritePg(
+  db: Exec,
+  ws: string,
+  rows: readonly PagesTable[],
+  next: IndexRows,
+  carried: Carried,
+  wanted: readonly string[],
+): Promise<NamedPage[] | undefined> {
   const removed: TermCounts = { levels: [], lexemes: [], docs: [] };
   for (const batch of slices(rows)) {
     const ids = batch.map((r) => r.id);
@@ -342,7 +361,14 @@ async function rewritePg(db: Exec, ws: string, rows: readonly PagesTable[], next
       removed.docs.push(-Number(row.docs));
     }
   }
-  await writeIndexPg(db, ws, next, removed, carried);
+  return writeIndexPg(db, ws, next, removed, carried, wanted);
+}
+
+/** A live page holding a name (page_keys) a link asks for. */
+interface NamedPage {
+  key: string;
+  id: string;
+  path: string;
 }
 
 /** Lexeme counts by level, as parallel arrays (one parameter each on PostgreSQL). */
@@ -372,13 +398,21 @@ export function sectionLevel(sensitivity: string, blockLevel: string | null): nu
  * and its words (`tokens`, migration 025) under ' ': their sum per level. Counts are
  * written in key order, so two writers never wait on each other's rows in opposite orders.
  */
-async function writeIndexPg(db: Exec, ws: string, next: IndexRows, removed: TermCounts, carried: Carried, jobs: readonly EmbedJob[] = []): Promise<void> {
+async function writeIndexPg(
+  db: Exec,
+  ws: string,
+  next: IndexRows,
+  removed: TermCounts,
+  carried: Carried,
+  wanted: readonly string[],
+  jobs: readonly EmbedJob[] = [],
+): Promise<NamedPage[] | undefined> {
   const { sections, tags, keys } = next;
-  if (sections.length === 0 && removed.lexemes.length === 0 && keys.length === 0 && jobs.length === 0) return;
+  if (sections.length === 0 && removed.lexemes.length === 0 && keys.length === 0 && jobs.length === 0) return undefined;
   const col = <K extends keyof Insertable<DB['page_sections']>>(k: K) => sections.map((r) => r[k]);
-  await carried.with(
+  const r = await carried.with(
     db,
-    sql`with j as (${embedJobsInsert(ws, jobs)}),
+    sql<NamedPage>`with j as (${embedJobsInsert(ws, jobs)}),
     ins as (
       insert into page_sections (workspace_id, page_id, ord, title, heading, heading_level, text, block_level, level, archived, tokens)
       select ${ws}, * from unnest(${col('page_id')}::text[], ${col('ord')}::int[], ${col('title')}::text[], ${col('heading')}::text[],
@@ -401,11 +435,15 @@ async function writeIndexPg(db: Exec, ws: string, next: IndexRows, removed: Term
         select ins.level, ' ', ins.tokens::int8 from ins
         union all
         select * from unnest(${removed.levels}::int[], ${removed.lexemes}::text[], ${removed.docs}::int8[])
-      ) d group by 1, 2 having sum(docs) <> 0)
-    insert into term_stats (workspace_id, lexeme, level, docs)
-    select ${ws}, lexeme, level, docs from delta order by lexeme, level
-    on conflict (workspace_id, lexeme, level) do update set docs = term_stats.docs + excluded.docs`,
+      ) d group by 1, 2 having sum(docs) <> 0),
+    ts as (insert into term_stats (workspace_id, lexeme, level, docs)
+      select ${ws}, lexeme, level, docs from delta order by lexeme, level
+      on conflict (workspace_id, lexeme, level) do update set docs = term_stats.docs + excluded.docs),
+    -- The pages the links name (pagesByName's shape: the names first, then their pages by id).
+    k as materialized (select key, page_id from page_keys where workspace_id = ${ws} and key = any(${wanted}::text[]))
+    select k.key, p.id, p.path from k join pages p on p.id = k.page_id where p.deleted_at is null`,
   );
+  return r.rows;
 }
 
 /** Writes carried into the index's first statement (IndexOptions.carried), each run exactly once. */

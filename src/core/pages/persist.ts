@@ -94,10 +94,11 @@ export async function recordPageChange(ctx: CoreContext, trx: Transaction<DB>, p
   const write = existing ? updatePageRow.compiled(trx, row) : insertPageRow.compiled(trx, row);
   const links: CompiledQuery[] = [];
   await indexPage(trx, row, { fresh: existing === null, carried: [write], trailing: links });
-  if (existing) await supersedeOwnConflicts(trx, p, [id], commit.sha, now);
-  // The links, version row and audit entry ride with the watchers' lookup (nothing reads them back here).
+  // The links, the writer's superseded conflicts, the version row and the audit entry ride with
+  // the watchers' lookup (nothing reads them back here).
   const carried = [
     ...links,
+    ...(existing ? supersedeStatements(trx, p, [id], commit.sha, now) : []),
     insertVersionRow.compiled(trx, versionRow(p, row, args)),
     ...(await auditInserts(trx, p.workspaceId, [pageAudit(p, row, args)], at)),
   ];
@@ -111,10 +112,17 @@ export async function recordPageChange(ctx: CoreContext, trx: Transaction<DB>, p
  * write: they were kept only because an earlier write of theirs clashed (issue 11).
  */
 export async function supersedeOwnConflicts(trx: Transaction<DB>, p: Principal, pageIds: readonly string[], commitSha: string, now: string): Promise<void> {
+  for (const update of supersedeStatements(trx, p, pageIds, commitSha, now)) await trx.executeQuery(update);
+}
+
+/** supersedeOwnConflicts's statements, for the caller to run (store/carried.ts). */
+function supersedeStatements(trx: Transaction<DB>, p: Principal, pageIds: readonly string[], commitSha: string, now: string): CompiledQuery[] {
   const reason = `superseded by the proposer's later write (commit ${commitSha})`;
+  const out: CompiledQuery[] = [];
   for (let i = 0; i < pageIds.length; i += 500) {
-    await supersede.execute(trx, { workspaceId: p.workspaceId, proposerId: p.id, pageIds: pageIds.slice(i, i + 500), now, reason });
+    out.push(supersede.compiled(trx, { workspaceId: p.workspaceId, proposerId: p.id, pageIds: pageIds.slice(i, i + 500), now, reason }));
   }
+  return out;
 }
 
 // The statements of every page write, built once (store/built-once.ts).
