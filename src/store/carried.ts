@@ -19,8 +19,20 @@ export async function executeCarrying<R>(db: Executor, carried: readonly Compile
     for (const w of carried) await db.executeQuery(w);
     return db.executeQuery(query);
   }
-  return db.executeQuery(withCarried(carried, query));
+  // A statement takes at most MAX_PARAMETERS: the writes that would pass it run on their own first.
+  let room = MAX_PARAMETERS - query.parameters.length;
+  const riding: CompiledQuery[] = [];
+  for (const w of carried) {
+    if (w.parameters.length <= room) {
+      riding.push(w);
+      room -= w.parameters.length;
+    } else await db.executeQuery(w);
+  }
+  return db.executeQuery(riding.length > 0 ? withCarried(riding, query) : query);
 }
+
+/** PostgreSQL's bound on one statement's parameters (its protocol counts them in 16 bits). */
+export const MAX_PARAMETERS = 65_535;
 
 /** PostgreSQL: `query` with `carried` in front of it as CTEs, their parameters numbered after one another. */
 export function withCarried<R>(carried: readonly CompiledQuery[], query: CompiledQuery<R>): CompiledQuery<R> {

@@ -71,6 +71,19 @@ describe.each(testEngines())('executeCarrying on %s', (engine) => {
     expect(Number((await sql<{ n: number | string }>`select count(*) as n from carry_b where id = 3`.execute(store.db)).rows[0]!.n)).toBe(0);
   });
 
+  it('writes past the 65,535 parameters of one PostgreSQL statement run on their own first: every row lands (a page with 7,300 links answered 503 without)', async () => {
+    await sql`create table carry_c (id integer primary key)`.execute(store.db);
+    const batch = (from: number) => {
+      const ids = Array.from({ length: 25_000 }, (_, i) => from + i);
+      return CompiledQuery.raw(`insert into carry_c (id) values ${ids.map((_, i) => (engine === 'postgres' ? `($${i + 1})` : '(?)')).join(', ')}`, ids);
+    };
+    const r = await executeCarrying(store.db, [batch(0), batch(25_000), batch(50_000)], sql<{ n: number | string }>`select ${'ok'} as n`.compile(store.db));
+    expect(r.rows).toEqual([{ n: 'ok' }]);
+    const count = await sql<{ n: number | string; top: number | string }>`select count(*) as n, max(id) as top from carry_c`.execute(store.db);
+    expect(Number(count.rows[0]!.n)).toBe(75_000);
+    expect(Number(count.rows[0]!.top)).toBe(74_999);
+  });
+
   it('the statement a write rides with does not see it on PostgreSQL (one snapshot), and does on SQLite: it must not read it', async () => {
     const r = await executeCarrying(
       store.db,
