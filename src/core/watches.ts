@@ -451,8 +451,8 @@ const watchesOn = builtOnce((db, v: { ws: string; targets: string[] }) =>
 );
 
 /**
- * `carried`: the change's writes whose results nobody reads (its version row, its audit entry),
- * sent with the lookup of the watches (store/carried.ts).
+ * `carried`: the change's writes whose results nobody reads (its links, version row, audit
+ * entry...), sent with the lookup of the watches, which reads none of them (store/carried.ts).
  */
 export async function deliverWatchEvents(
   ctx: CoreContext,
