@@ -11,6 +11,7 @@ import { openStore } from './store/db.js';
 import { listen } from './store/listen.js';
 import { RetrievalRuntime } from './retrieval/runtime.js';
 import { StatisticsKeeper } from './store/statistics.js';
+import { TermStatsFolder } from './retrieval/term-stats-fold.js';
 
 export interface RunningServer {
   app: FastifyInstance;
@@ -19,6 +20,8 @@ export interface RunningServer {
   lifecycle: LifecycleScheduler;
   /** PostgreSQL's planner statistics kept current (tests call its `tick`). */
   statistics: StatisticsKeeper;
+  /** PostgreSQL's pending word-statistics changes folded into term_stats (tests call its `fold`). */
+  termStats: TermStatsFolder;
   url: string;
   /**
    * Shuts down gracefully: stops accepting connections, ends inbox long-polls with their empty
@@ -79,6 +82,8 @@ export async function startServer(config: Config, opts: AppOptions = {}): Promis
   imports.start();
   const statistics = new StatisticsKeeper(store, (err) => app.log.warn({ err }, 'refreshing the planner statistics failed'));
   statistics.start();
+  const termStats = new TermStatsFolder(store, (err) => app.log.warn({ err }, 'folding the word statistics failed'));
+  termStats.start();
   const addr = app.server.address();
   const port = typeof addr === 'object' && addr ? addr.port : config.port;
   const host = config.host.includes(':') ? `[${config.host}]` : config.host;
@@ -89,6 +94,7 @@ export async function startServer(config: Config, opts: AppOptions = {}): Promis
     ctx,
     lifecycle,
     statistics,
+    termStats,
     url: `http://${host}:${port}`,
     close: ({ graceMs = SHUTDOWN_GRACE_MS } = {}) => (closed ??= shutdown(graceMs)),
   };
@@ -105,7 +111,7 @@ export async function startServer(config: Config, opts: AppOptions = {}): Promis
     const cut = setTimeout(() => app.server.closeAllConnections(), graceMs);
     // Background jobs take no new batch from now on (their batches would compete with the
     // requests being drained) and give their leases back while the requests finish.
-    const jobs = Promise.all([lifecycle.stop(), imports.stop(), statistics.stop()]);
+    const jobs = Promise.all([lifecycle.stop(), imports.stop(), statistics.stop(), termStats.stop()]);
     try {
       // Stops listening at once (new connections are refused); preClose hooks end long-polls.
       await app.close();

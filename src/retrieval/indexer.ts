@@ -391,12 +391,13 @@ export function sectionLevel(sensitivity: string, blockLevel: string | null): nu
 /**
  * PostgreSQL: inserts the pages' sections, tags and names (one statement, whatever their
  * number: each column is one array parameter), points links written before these pages existed
- * (or before they had these names) at them, and moves the workspace's word statistics
- * (term_stats) by what the sections add and what `removed` took away, netted per lexeme and
- * level: rewriting a page changes only the counts of the words that came or went. Every
- * section also counts under the lexeme '' (keyword-plan.ts DocCounts): the sections per level;
- * and its words (`tokens`, migration 025) under ' ': their sum per level. Counts are
- * written in key order, so two writers never wait on each other's rows in opposite orders.
+ * (or before they had these names) at them, and moves the workspace's word statistics by
+ * what the sections add and what `removed` took away, netted per lexeme and level: rewriting a
+ * page changes only the counts of the words that came or went. Every section also counts under
+ * the lexeme '' (keyword-plan.ts DocCounts): the sections per level; and its words (`tokens`,
+ * migration 025) under ' ': their sum per level. The changes are appended to
+ * `term_stats_pending` (migration 029), which a background round folds into `term_stats`
+ * (term-stats-fold.ts): no upsert, no row lock while the workspace's writers wait.
  */
 async function writeIndexPg(
   db: Exec,
@@ -436,9 +437,7 @@ async function writeIndexPg(
         union all
         select * from unnest(${removed.levels}::int[], ${removed.lexemes}::text[], ${removed.docs}::int8[])
       ) d group by 1, 2 having sum(docs) <> 0),
-    ts as (insert into term_stats (workspace_id, lexeme, level, docs)
-      select ${ws}, lexeme, level, docs from delta order by lexeme, level
-      on conflict (workspace_id, lexeme, level) do update set docs = term_stats.docs + excluded.docs),
+    ts as (insert into term_stats_pending (workspace_id, lexeme, level, docs) select ${ws}, lexeme, level, docs from delta),
     -- The pages the links name (pagesByName's shape: the names first, then their pages by id).
     k as materialized (select key, page_id from page_keys where workspace_id = ${ws} and key = any(${wanted}::text[]))
     select k.key, p.id, p.path from k join pages p on p.id = k.page_id where p.deleted_at is null`,

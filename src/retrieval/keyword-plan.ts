@@ -200,8 +200,9 @@ export async function termDocCounts(store: Store, terms: string[], scope: CountS
 
 /**
  * PostgreSQL's counts. For a caller that sees every section of the workspace at or below its
- * ceiling: the workspace's word statistics (term_stats, kept by the indexer in each write's
- * transaction; migration 016), summed over the levels it reads, in one indexed read. A term is
+ * ceiling: the workspace's word statistics (term_stats, migration 016, and the changes not yet
+ * folded into it, term_stats_pending: `term_counts`, migration 029, exact in one snapshot),
+ * summed over the levels it reads, in indexed reads. A term is
  * looked up by the lexemes PostgreSQL's parser makes of it (as the query does); a term of
  * several lexemes counts as its rarest. The index keeps every word (migration 026: no stop
  * words); a term the parser makes no lexeme of counts as common, so the plan leaves it out.
@@ -221,13 +222,13 @@ async function pgCounts(store: Store, terms: string[], scope: CountScope): Promi
     hi: string | null;
   }>`
     select q.i, count(x.lexeme)::int as lexemes, min(coalesce(st.n, 0)) as n,
-      (select sum(docs) from term_stats where workspace_id = ${scope.workspaceId} and lexeme = '' and level <= ${rank(scope.ceiling)}) as sections,
-      (select sum(docs) from term_stats where workspace_id = ${scope.workspaceId} and lexeme = ' ' and level <= ${rank(scope.ceiling)}) as tokens,
+      (select sum(docs) from term_counts where workspace_id = ${scope.workspaceId} and lexeme = '' and level <= ${rank(scope.ceiling)}) as sections,
+      (select sum(docs) from term_counts where workspace_id = ${scope.workspaceId} and lexeme = ' ' and level <= ${rank(scope.ceiling)}) as tokens,
       (select min(id) from page_sections where workspace_id = ${scope.workspaceId}) as lo,
       (select max(id) from page_sections where workspace_id = ${scope.workspaceId}) as hi
     from unnest(${unique.map(foldPg)}::text[]) with ordinality as q(t, i)
     left join lateral unnest(tsvector_to_array(to_tsvector(${PG_TS_CONFIG}, q.t))) as x(lexeme) on true
-    left join lateral (select sum(docs) as n from term_stats s
+    left join lateral (select sum(docs) as n from term_counts s
       where s.workspace_id = ${scope.workspaceId} and s.lexeme = x.lexeme and s.level <= ${rank(scope.ceiling)}) as st on true
     group by q.i`.execute(store.db);
   const out: DocCounts = new Map<string, number>();

@@ -60,6 +60,7 @@ export async function rebuildKeywordIndexes(db: Executor | Transaction<DB>): Pro
     // Sections from a SQLite backup may hold no length yet (SQLite does not read it).
     await sql`update page_sections set tokens = cv_section_tokens(title, heading, text) where tokens = 0`.execute(db);
     await sql`delete from term_stats`.execute(db);
+    await sql`delete from term_stats_pending`.execute(db);
     await sql`insert into term_stats (workspace_id, lexeme, level, docs)
       select s.workspace_id, x.lexeme, s.level, count(*) from page_sections s cross join unnest(tsvector_to_array(s.tsv) || '{""}'::text[]) as x(lexeme)
       group by 1, 2, 3

@@ -88,7 +88,7 @@ export function backupError(message: string): ServiceError {
 function skipped(dialect: Dialect, name: string): boolean {
   if (name === 'schema_migrations') return true; // in the header
   if (dialect === 'sqlite') return name.startsWith('sqlite_') || /^kwv?_/.test(name) || name.startsWith('page_sections_');
-  return name === 'term_stats';
+  return name === 'term_stats' || name === 'term_stats_pending';
 }
 
 async function sqliteTables(db: Db): Promise<TableInfo[]> {

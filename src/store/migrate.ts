@@ -28,6 +28,7 @@ import * as m025 from './migrations/025_section_tokens.js';
 import * as m026 from './migrations/026_pg_every_word.js';
 import * as m027 from './migrations/027_archived_sections.js';
 import * as m028 from './migrations/028_lock_reads.js';
+import * as m029 from './migrations/029_term_stats_pending.js';
 
 interface Migration {
   name: string;
@@ -64,6 +65,7 @@ const MIGRATIONS: Migration[] = [
   { name: '026_pg_every_word', up: m026.up },
   { name: '027_archived_sections', up: m027.up },
   { name: '028_lock_reads', up: m028.up },
+  { name: '029_term_stats_pending', up: m029.up },
 ];
 
 /**

@@ -2,6 +2,7 @@ import { sql } from 'kysely';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { termDocCounts } from '../../src/retrieval/keyword-plan.js';
+import { foldTermStats } from '../../src/retrieval/term-stats-fold.js';
 import { openStore } from '../../src/store/db.js';
 import { createTestDatabase, testEngines } from '../support/engines.js';
 import { PASSWORD } from '../support/actors.js';
@@ -40,7 +41,7 @@ describe.skipIf(!testEngines().includes('postgres'))('word statistics follow eve
   /** term_stats against a fresh count, and every section's level against its page's. */
   async function expectConsistent(): Promise<void> {
     const kept = await c.query<{ k: string; docs: number }>(
-      `select workspace_id || ' ' || lexeme || ' ' || level as k, docs::int as docs from term_stats where docs <> 0 order by 1`,
+      `select workspace_id || ' ' || lexeme || ' ' || level as k, sum(docs)::int as docs from term_counts group by workspace_id, lexeme, level having sum(docs) <> 0 order by 1`,
     );
     const fresh = await c.query<{ k: string; docs: number }>(
       `select s.workspace_id || ' ' || x.lexeme || ' ' || s.level as k, count(*)::int as docs
@@ -55,8 +56,16 @@ describe.skipIf(!testEngines().includes('postgres'))('word statistics follow eve
        where s.level is distinct from greatest(${rankSql('p.sensitivity', 'secret')}, ${rankSql('s.block_level', 'public')})`,
     );
     expect(wrong.rows).toEqual([]);
-    const negative = await c.query(`select lexeme from term_stats where docs < 0`);
+    const negative = await c.query(`select lexeme from term_counts group by workspace_id, lexeme, level having sum(docs) < 0`);
     expect(negative.rows).toEqual([]);
+    // Folded into term_stats (migration 029), the pending changes leave the same counts there alone.
+    await s.termStats.fold();
+    const pending = await c.query(`select 1 from term_stats_pending`);
+    expect(pending.rows).toEqual([]);
+    const folded = await c.query<{ k: string; docs: number }>(
+      `select workspace_id || ' ' || lexeme || ' ' || level as k, docs::int as docs from term_stats where docs <> 0 order by 1`,
+    );
+    expect(folded.rows).toEqual(fresh.rows);
   }
 
   const counted = async (word: string, ceiling: 'public' | 'internal' | 'confidential' | 'secret') =>
@@ -150,6 +159,43 @@ describe.skipIf(!testEngines().includes('postgres'))('word statistics follow eve
     );
     await expectConsistent();
   });
+
+  // Migration 029: writes append their changes, folds move them into term_stats. Folds run here
+  // without pause beside the writers, the service's own (one node at a time, by its lock) and two
+  // more at once that bypass the lock, as two nodes' rounds could overlap a lock's release: each
+  // pending row is folded once, and what search counts meanwhile never goes below a fresh count's.
+  it('folds running all the time beside six writers, also two at once past the lock, leave the counts exact; search counts stay exact meanwhile', async () => {
+    let writing = true;
+    let folds = 0;
+    const folder = async (direct: boolean) => {
+      while (writing) {
+        if (direct) await foldTermStats(s.ctx.store.db);
+        else await s.termStats.fold();
+        folds++;
+      }
+    };
+    const before = await counted('foldwort', 'secret');
+    const running = [folder(false), folder(true), folder(true)];
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: 6 }, async (_, w) => {
+        while (next < 60) {
+          const n = next++;
+          const created = await owner.post('/api/v1/nodes', { path: `fold/w${w}-${n}.md`, content: page('internal', `foldwort writer${w} page${n}`) });
+          expectStatus(created, 201);
+          // Every page holds the word: the count search reads is exactly the pages written so far.
+          expect(await counted('foldwort', 'secret')).toBeGreaterThanOrEqual(n + 1 - 6 + (before ?? 0));
+          if (n % 4 === 0) expectStatus(await owner.put(`/api/v1/nodes/${created.body.id}`, { content: page('confidential', `foldwort again${n}`) }), 200);
+        }
+      }),
+    );
+    writing = false;
+    await Promise.all(running);
+    expect(folds).toBeGreaterThan(3);
+    // Two sections a page hold the word (the page's and the "More" section).
+    expect(await counted('foldwort', 'secret')).toBe((before ?? 0) + 60 * 2);
+    await expectConsistent();
+  });
 });
 
 /**
@@ -174,7 +220,13 @@ describe.each(testEngines())('migration 016 on an existing deployment (%s)', (en
 
       // Back to the schema before migration 016.
       const store = await openStore({ dataDir: tdb.dataDir, databaseUrl: tdb.databaseUrl });
-      if (engine === 'postgres') await sql`drop table term_stats`.execute(store.db);
+      if (engine === 'postgres') {
+        // Migration 029 after it goes too: its view reads term_stats.
+        await sql`drop view term_counts`.execute(store.db);
+        await sql`drop table term_stats_pending`.execute(store.db);
+        await sql`delete from schema_migrations where name = '029_term_stats_pending'`.execute(store.db);
+        await sql`drop table term_stats`.execute(store.db);
+      }
       await sql`alter table page_sections drop column level`.execute(store.db);
       await sql`delete from schema_migrations where name = '016_term_stats'`.execute(store.db);
       await store.close();
@@ -227,6 +279,11 @@ describe.each(testEngines())('migration 016 on an existing deployment (%s)', (en
         const store = await openStore({ dataDir: tdb.dataDir, databaseUrl: tdb.databaseUrl });
         await sql`alter table page_sections drop column tokens`.execute(store.db);
         await sql`drop function cv_section_tokens(text, text, text)`.execute(store.db);
+        // Migration 029 after it goes too (its view reads term_stats): what was pending is folded first.
+        await foldTermStats(store.db);
+        await sql`drop view term_counts`.execute(store.db);
+        await sql`drop table term_stats_pending`.execute(store.db);
+        await sql`delete from schema_migrations where name = '029_term_stats_pending'`.execute(store.db);
         await sql`delete from term_stats where lexeme = ' '`.execute(store.db);
         await sql`alter table term_stats alter column docs type integer`.execute(store.db);
         await sql`delete from schema_migrations where name = '025_section_tokens'`.execute(store.db);
@@ -243,7 +300,9 @@ describe.each(testEngines())('migration 016 on an existing deployment (%s)', (en
             { path: 'tk/a.md', tokens: 13 },
             { path: 'tk/b.md', tokens: 14 },
           ]);
-          const sum = await sql<{ docs: string }>`select docs from term_stats where workspace_id = ${h.workspace.id} and lexeme = ' '`.execute(db);
+          const sum = await sql<{ docs: string }>`select sum(docs) as docs from term_counts where workspace_id = ${h.workspace.id} and lexeme = ' '`.execute(
+            db,
+          );
           expect(sum.rows.map((r) => Number(r.docs))).toEqual([27]);
           const counts = await termDocCounts(second.ctx.store, ['five'], { workspaceId: h.workspace.id, ceiling: 'secret' });
           expect(counts.avgTokens).toBe(13.5);
@@ -251,7 +310,9 @@ describe.each(testEngines())('migration 016 on an existing deployment (%s)', (en
           const c = new Client(second.url);
           c.cookies = h.client.cookies;
           expectStatus(await c.post('/api/v1/nodes', { path: 'tk/c.md', content: '# C\n\nTen.\n' }), 201);
-          const after = await sql<{ docs: string }>`select docs from term_stats where workspace_id = ${h.workspace.id} and lexeme = ' '`.execute(db);
+          const after = await sql<{ docs: string }>`select sum(docs) as docs from term_counts where workspace_id = ${h.workspace.id} and lexeme = ' '`.execute(
+            db,
+          );
           expect(after.rows.map((r) => Number(r.docs))).toEqual([27 + 4]);
           const r = await c.get('/api/v1/search?q=seven&mode=fts');
           expectStatus(r, 200);

@@ -1,0 +1,72 @@
+import { sql } from 'kysely';
+import type { Executor, Store } from '../store/db.js';
+import { inTransaction } from '../store/tx.js';
+
+/**
+ * PostgreSQL: folds the word-statistics changes that writes append (`term_stats_pending`,
+ * migration 029) into `term_stats`, netted per workspace, word and level, in one statement: the
+ * rows it deletes are the ones its snapshot saw, so a write committing meanwhile is folded by the
+ * next round, and a reader (through `term_counts`) sees a fold whole or not at all. One node at a
+ * time (a transaction-scoped advisory lock); rows in key order, as writers of the previous version
+ * (still upserting `term_stats` themselves during a rolling upgrade) take them.
+ */
+
+/** How often a node folds: the pending rows a count reads stay few. */
+export const FOLD_MS = 1_000;
+/** The advisory lock of a fold (migrations 7714201, sign-ups 7714202, vacuum 7714203, analyze 7714204). */
+const LOCK_KEY = 7714205;
+
+export class TermStatsFolder {
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<number> | undefined;
+  private stopping = false;
+
+  constructor(
+    private readonly store: Store,
+    private readonly onError: (err: unknown) => void = () => {},
+  ) {}
+
+  start(): void {
+    if (this.store.dialect !== 'postgres' || this.timer) return;
+    this.timer = setInterval(() => {
+      this.fold().catch((err: unknown) => {
+        if (!this.stopping) this.onError(err);
+      });
+    }, FOLD_MS);
+    this.timer.unref();
+  }
+
+  /** Stops the timer and waits for a fold in progress. */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+    await this.running?.catch(() => undefined);
+  }
+
+  /** One round: the number of pending rows folded (0 when another node is folding, or none waited). */
+  fold(): Promise<number> {
+    if (this.store.dialect !== 'postgres') return Promise.resolve(0);
+    this.running ??= this.round().finally(() => (this.running = undefined));
+    return this.running;
+  }
+
+  private round(): Promise<number> {
+    return inTransaction(this.store, null, async (trx) => {
+      const lock = await sql<{ ok: boolean }>`select pg_try_advisory_xact_lock(${LOCK_KEY}) as ok`.execute(trx);
+      if (!lock.rows[0]?.ok) return 0;
+      return foldTermStats(trx);
+    });
+  }
+}
+
+/** The fold itself, in the caller's transaction (also: tests putting a database back to an older schema). */
+export async function foldTermStats(db: Executor): Promise<number> {
+  const r = await sql<{ folded: number | string }>`with d as (delete from term_stats_pending returning workspace_id, lexeme, level, docs),
+      n as (select workspace_id, lexeme, level, sum(docs)::int as docs from d group by 1, 2, 3 having sum(docs) <> 0),
+      f as (insert into term_stats (workspace_id, lexeme, level, docs)
+        select workspace_id, lexeme, level, docs from n order by workspace_id, lexeme, level
+        on conflict (workspace_id, lexeme, level) do update set docs = term_stats.docs + excluded.docs)
+    select count(*) as folded from d`.execute(db);
+  return Number(r.rows[0]?.folded ?? 0);
+}
