@@ -13,6 +13,8 @@ import { inTransaction } from '../store/tx.js';
 
 /** How often a node folds: the pending rows a count reads stay few. */
 export const FOLD_MS = 1_000;
+/** How long a fold waits for a row another transaction holds before it gives the round up. */
+const FOLD_LOCK_TIMEOUT_MS = 1_000;
 /** The advisory lock of a fold (migrations 7714201, sign-ups 7714202, vacuum 7714203, analyze 7714204). */
 const LOCK_KEY = 7714205;
 
@@ -20,6 +22,8 @@ export class TermStatsFolder {
   private timer: NodeJS.Timeout | undefined;
   private running: Promise<number> | undefined;
   private stopping = false;
+  /** The backend of the fold in progress (stop cancels it). */
+  private pid: number | undefined;
 
   constructor(
     private readonly store: Store,
@@ -36,11 +40,22 @@ export class TermStatsFolder {
     this.timer.unref();
   }
 
-  /** Stops the timer and waits for a fold in progress. */
+  /**
+   * Stops the timer and ends a fold in progress: a fold stopped half-way loses nothing (its
+   * transaction rolls back, the rows stay pending for the next), so it is cancelled rather than
+   * waited for. Only a backend still holding the fold's lock is cancelled: once the fold ended,
+   * its process id may serve another request.
+   */
   async stop(): Promise<void> {
     this.stopping = true;
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
+    if (this.running && this.pid !== undefined) {
+      await sql`select pg_cancel_backend(pid) from pg_locks
+        where locktype = 'advisory' and classid = 0 and objid = ${LOCK_KEY} and objsubid = 1 and granted and pid = ${this.pid}`
+        .execute(this.store.db)
+        .catch(() => undefined);
+    }
     await this.running?.catch(() => undefined);
   }
 
@@ -53,9 +68,17 @@ export class TermStatsFolder {
 
   private round(): Promise<number> {
     return inTransaction(this.store, null, async (trx) => {
-      const lock = await sql<{ ok: boolean }>`select pg_try_advisory_xact_lock(${LOCK_KEY}) as ok`.execute(trx);
+      // A fold waiting on a row (a writer of the previous version upserting term_stats) gives up
+      // soon: the next round folds what it left.
+      const lock = await sql<{ ok: boolean; pid: number }>`select pg_try_advisory_xact_lock(${LOCK_KEY}) as ok, pg_backend_pid() as pid,
+          set_config('lock_timeout', ${`${FOLD_LOCK_TIMEOUT_MS}ms`}, true) as lock_timeout`.execute(trx);
       if (!lock.rows[0]?.ok) return 0;
-      return foldTermStats(trx);
+      this.pid = lock.rows[0].pid;
+      try {
+        return await foldTermStats(trx);
+      } finally {
+        this.pid = undefined;
+      }
     });
   }
 }
@@ -63,7 +86,7 @@ export class TermStatsFolder {
 /** The fold itself, in the caller's transaction (also: tests putting a database back to an older schema). */
 export async function foldTermStats(db: Executor): Promise<number> {
   const r = await sql<{ folded: number | string }>`with d as (delete from term_stats_pending returning workspace_id, lexeme, level, docs),
-      n as (select workspace_id, lexeme, level, sum(docs)::int as docs from d group by 1, 2, 3 having sum(docs) <> 0),
+      n as (select workspace_id, lexeme, level, sum(docs)::int8 as docs from d group by 1, 2, 3 having sum(docs) <> 0),
       f as (insert into term_stats (workspace_id, lexeme, level, docs)
         select workspace_id, lexeme, level, docs from n order by workspace_id, lexeme, level
         on conflict (workspace_id, lexeme, level) do update set docs = term_stats.docs + excluded.docs)

@@ -17,7 +17,7 @@ export async function up(db: Kysely<unknown>, dialect: Dialect): Promise<void> {
       workspace_id text not null,
       lexeme text not null,
       level smallint not null,
-      docs integer not null
+      docs bigint not null
     )`.execute(db);
   await sql`create index term_stats_pending_key on term_stats_pending (workspace_id, lexeme, level)`.execute(db);
   await sql`create view term_counts as
