@@ -1,5 +1,6 @@
 import { sql } from 'kysely';
 import type { Executor, Store } from '../store/db.js';
+import { cancelLockHolder, Rounds } from '../store/rounds.js';
 import { inTransaction } from '../store/tx.js';
 
 /**
@@ -19,51 +20,36 @@ const FOLD_LOCK_TIMEOUT_MS = 1_000;
 const LOCK_KEY = 7714205;
 
 export class TermStatsFolder {
-  private timer: NodeJS.Timeout | undefined;
-  private running: Promise<number> | undefined;
-  private stopping = false;
+  private readonly rounds: Rounds<number>;
   /** The backend of the fold in progress (stop cancels it). */
   private pid: number | undefined;
 
   constructor(
     private readonly store: Store,
-    private readonly onError: (err: unknown) => void = () => {},
-  ) {}
+    onError: (err: unknown) => void = () => {},
+  ) {
+    this.rounds = new Rounds(() => this.round(), FOLD_MS, onError);
+  }
 
   start(): void {
-    if (this.store.dialect !== 'postgres' || this.timer) return;
-    this.timer = setInterval(() => {
-      this.fold().catch((err: unknown) => {
-        if (!this.stopping) this.onError(err);
-      });
-    }, FOLD_MS);
-    this.timer.unref();
+    if (this.store.dialect === 'postgres') this.rounds.start();
   }
 
   /**
    * Stops the timer and ends a fold in progress: a fold stopped half-way loses nothing (its
    * transaction rolls back, the rows stay pending for the next), so it is cancelled rather than
-   * waited for. Only a backend still holding the fold's lock is cancelled: once the fold ended,
-   * its process id may serve another request.
+   * waited for.
    */
   async stop(): Promise<void> {
-    this.stopping = true;
-    if (this.timer) clearInterval(this.timer);
-    this.timer = undefined;
-    if (this.running && this.pid !== undefined) {
-      await sql`select pg_cancel_backend(pid) from pg_locks
-        where locktype = 'advisory' and classid = 0 and objid = ${LOCK_KEY} and objsubid = 1 and granted and pid = ${this.pid}`
-        .execute(this.store.db)
-        .catch(() => undefined);
-    }
-    await this.running?.catch(() => undefined);
+    await this.rounds.stop(async () => {
+      if (this.pid !== undefined) await cancelLockHolder(this.store.db, LOCK_KEY, this.pid);
+    });
   }
 
   /** One round: the number of pending rows folded (0 when another node is folding, or none waited). */
   fold(): Promise<number> {
     if (this.store.dialect !== 'postgres') return Promise.resolve(0);
-    this.running ??= this.round().finally(() => (this.running = undefined));
-    return this.running;
+    return this.rounds.now();
   }
 
   private round(): Promise<number> {

@@ -1,5 +1,6 @@
 import { sql, type RawBuilder } from 'kysely';
 import type { Executor, Store } from './db.js';
+import { cancelLockHolder, Rounds } from './rounds.js';
 
 /**
  * Keeps PostgreSQL's planner statistics current (issue 18). The planner picks index or
@@ -42,49 +43,35 @@ const MIN_INSERTED = 1_000;
 const INSERTED_ONE_IN = 5;
 
 export class StatisticsKeeper {
-  private timer: NodeJS.Timeout | undefined;
-  private running: Promise<string[]> | undefined;
+  private readonly rounds: Rounds<string[]>;
   /** The backend running this node's VACUUM, cancelled on stop (a large table takes minutes). */
   private vacuumPid: number | undefined;
-  private stopping = false;
 
   constructor(
     private readonly store: Store,
-    private readonly onError: (err: unknown) => void = () => {},
-  ) {}
-
-  start(): void {
-    if (this.store.dialect !== 'postgres' || this.timer) return;
-    this.timer = setInterval(() => {
-      this.tick().catch((err: unknown) => {
-        if (!this.stopping) this.onError(err);
-      });
-    }, CHECK_MS);
-    this.timer.unref();
+    onError: (err: unknown) => void = () => {},
+  ) {
+    this.rounds = new Rounds(() => this.round(), CHECK_MS, onError);
   }
 
-  /** Stops the timer and waits for a round in progress. */
+  start(): void {
+    if (this.store.dialect === 'postgres') this.rounds.start();
+  }
+
+  /**
+   * Stops the timer and waits for a round in progress. A VACUUM stopped half-way loses nothing;
+   * waiting for it would hold the shutdown, so it is cancelled.
+   */
   async stop(): Promise<void> {
-    this.stopping = true;
-    if (this.timer) clearInterval(this.timer);
-    this.timer = undefined;
-    // A VACUUM stopped half-way loses nothing; waiting for it would hold the shutdown. Only the
-    // backend still holding the vacuum's lock is cancelled: by the time a pooled connection is
-    // free for this, the vacuum may have ended and its process id may serve someone else.
-    if (this.vacuumPid !== undefined) {
-      await sql`select pg_cancel_backend(pid) from pg_locks
-        where locktype = 'advisory' and classid = 0 and objid = ${VACUUM_LOCK_KEY} and objsubid = 1 and granted and pid = ${this.vacuumPid}`
-        .execute(this.store.db)
-        .catch(() => undefined);
-    }
-    await this.running?.catch(() => undefined);
+    await this.rounds.stop(async () => {
+      if (this.vacuumPid !== undefined) await cancelLockHolder(this.store.db, VACUUM_LOCK_KEY, this.vacuumPid);
+    });
   }
 
   /** One round: the tables analyzed or vacuumed (none when another node holds the lock, or nothing changed much). */
   tick(): Promise<string[]> {
     if (this.store.dialect !== 'postgres') return Promise.resolve([]);
-    this.running ??= this.round().finally(() => (this.running = undefined));
-    return this.running;
+    return this.rounds.now();
   }
 
   private async round(): Promise<string[]> {
@@ -108,7 +95,7 @@ export class StatisticsKeeper {
     const due = async (find: Finder) =>
       [...new Set([...(await find('n_dead_tup', MIN_DEAD, DEAD_ONE_IN)), ...(await find('n_ins_since_vacuum', MIN_INSERTED, INSERTED_ONE_IN))])].sort();
     // Looked at through the pool first: most rounds find nothing and open no connection.
-    if ((await due((...a) => tablesPast(this.store.db, ...a))).length === 0 || this.stopping) return [];
+    if ((await due((...a) => tablesPast(this.store.db, ...a))).length === 0 || this.rounds.stopped) return [];
     const client = await this.store.maintenanceClient();
     if (!client) return [];
     try {
@@ -122,7 +109,7 @@ export class StatisticsKeeper {
       const done: string[] = [];
       for (const name of names) {
         // A cancel that lands between two statements is lost: look before each.
-        if (this.stopping) break;
+        if (this.rounds.stopped) break;
         await client.query(`vacuum (analyze) ${client.escapeIdentifier(name)}`);
         done.push(name);
       }
