@@ -96,5 +96,10 @@ describe.each(testEngines())('derived rows follow every rewrite (%s)', (engine) 
     expect(await linked('ring/one.md')).toEqual(['ring/three.md', 'ring/two.md']);
     expect(await linked('ring/two.md')).toEqual(['ring/three.md']);
     expect(await linked('ring/three.md')).toEqual(['ring/one.md']);
+    // A link written before its page existed reaches the page once it is created.
+    expect((await c.post('/api/v1/nodes', { path: 'ring/early.md', content: '# Early\n\npage to [[Later]]\n' })).status).toBe(201);
+    expect(await linked('ring/early.md')).toEqual([]);
+    expect((await c.post('/api/v1/nodes', { path: 'ring/later.md', content: '# Later\n\npage\n' })).status).toBe(201);
+    expect(await linked('ring/early.md')).toEqual(['ring/later.md']);
   });
 });
